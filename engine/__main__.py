@@ -1,0 +1,61 @@
+"""Command line: `python -m engine {detect,point,random-checkpoint} …`.
+
+    python -m engine detect IMAGE "OBJECT" [--weights DIR] [--max-objects N]
+    python -m engine point  IMAGE "OBJECT" [--weights DIR] [--max-objects N]
+    python -m engine random-checkpoint OUT_DIR --preset moondream2|tiny [--seed S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from engine.checkpoint import CheckpointError, random_state_dict, save_checkpoint
+from engine.config import PRESETS
+from engine.image import ImageError
+from engine.skills import DEFAULT_MAX_OBJECTS, RequestError
+from engine.tokenizer import build_tokenizer
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for skill in ("detect", "point"):
+        p = sub.add_parser(skill, help=f"{skill} objects in an image and print JSON")
+        p.add_argument("image")
+        p.add_argument("object")
+        p.add_argument("--weights", default=None, help="checkpoint directory (default: the embedded model)")
+        p.add_argument("--max-objects", type=int, default=DEFAULT_MAX_OBJECTS)
+        p.add_argument("--device", default="cpu")
+        p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+        p.add_argument("--blocking", action="store_true", help="run the engine without pipelining")
+    r = sub.add_parser("random-checkpoint", help="write a randomly initialised checkpoint directory")
+    r.add_argument("out_dir")
+    r.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    r.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    if args.command == "random-checkpoint":
+        config = PRESETS[args.preset]
+        tokenizer = build_tokenizer(vocab_size=min(512, config.text.vocab_size))
+        save_checkpoint(args.out_dir, random_state_dict(config, seed=args.seed), config, tokenizer.to_str(),
+                        preset=args.preset)
+        print(f"wrote {args.preset} checkpoint to {args.out_dir}")
+        return 0
+
+    from engine.engine import Engine  # imported late: random-checkpoint needs no engine
+
+    try:
+        engine = Engine.from_pretrained(args.weights, device=args.device, dtype=args.dtype, max_batch=1,
+                                        pipelined=not args.blocking)
+        result = engine.submit(args.image, args.command, args.object, max_objects=args.max_objects).result()
+    except (ImageError, RequestError, CheckpointError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

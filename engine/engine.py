@@ -1,0 +1,335 @@
+"""The pipelined point/detect engine.
+
+One `step()` is three verbs. In pipelined mode (the default) forward t+1 is queued before
+the CPU looks at step t, so the CPU's bookkeeping hides behind the GPU's forward:
+
+    CPU          │ launch t+1 ─┐ commit t ──────────────┐ finalize t+1 ─┐ │ launch t+2 …
+                 │ (_launch)   │ (_commit: wait copy t,  │ (_finalize:    │ │
+                 │             │  advance automata, emit │  state ids →   │ │
+                 │             │  objects, zombies)      │  slot.meta)    │ │
+    compute      │ ░░░░░░ forward t+1 (graph) ░░░░░░░░░░░░░░░░░░░░░░░░░░│▒ sample t+1 ▒│ forward t+2 …
+    stream       │             │                         │  mask_ready ──►│ (masks, argmax,
+                 │             │                         │                │  region values → pending_*)
+    copy         │ ▓ D2H t ▓   │                         │ ▓ H2D meta t+1 ▓│ │ ▓ D2H t+1 ▓ …
+    stream       │ (slot t%2)  │                         │  (slot (t+1)%2) │ │ (waits `sampled`)
+
+- `_launch` → `ModelRunner.launch_decode` / `launch_prefill`: the forward reads token t and its
+  region value from device memory (`pending_*`), so nothing round-trips through the CPU.
+- `_commit` → `ModelRunner.read_results` + `Scheduler.commit`: the grammar state for t+1 is known
+  only after this, which is why sampling (finalize) comes after it: forward now, sample later.
+- `_finalize` → `Scheduler.mask_states` + `ModelRunner.finalize`.
+- A sequence that ends at commit t is already in batch t+1: it is a *zombie*, finalized at once
+  (result delivered), masked as unconstrained, its token t+1 ignored, its KV row released when
+  `inflight_refs` reaches zero.
+
+`pipelined=False` runs the same three verbs as a blocking loop (launch → finalize → commit,
+waiting for each step): the A/B baseline. Under greedy decoding both produce identical outputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import queue
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+from engine.checkpoint import CheckpointError, load_model
+from engine.config import MoondreamConfig
+from engine.image import load_image, overlap_crop_image
+from engine.model import MoondreamModel
+from engine.pipeline import PipelineState, Step
+from engine.runner import ModelRunner, PrefillItem
+from engine.scheduler import Scheduler
+from engine.sequence import Cancelled, Sequence
+from engine.skills import DEFAULT_MAX_OBJECTS, RequestError, prompt_ids, tokens_per_object, validate_request
+from engine.tokenizer import load_tokenizer
+from grammars import GrammarCompiler, MaskTable, TokenAlphabet, detect_grammar, point_grammar
+
+DEFAULT_WEIGHTS = Path(__file__).resolve().parent.parent / "assets" / "model"
+
+
+class EngineBusy(RuntimeError):
+    """The request queue is full; try again later."""
+
+
+@dataclass
+class RequestHandle:
+    id: int
+    future: Future
+    _seq: Sequence
+    _engine: "Engine"
+
+    def cancel(self) -> None:
+        self._seq.cancel_requested.set()
+        self._engine._wake.set()
+
+    def result(self, timeout: float | None = None) -> dict:
+        return self._engine._wait(self.future, timeout)
+
+
+class PrefixCache:
+    """LRU of image-prefix K/V on the device, keyed by a hash of the image pixels."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.entries: OrderedDict[str, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+
+    def get(self, key: str):
+        if key in self.entries:
+            self.entries.move_to_end(key)
+            return self.entries[key]
+        return None
+
+    def put(self, key: str, value) -> None:
+        if self.capacity <= 0:
+            return
+        self.entries[key] = value
+        self.entries.move_to_end(key)
+        while len(self.entries) > self.capacity:
+            self.entries.popitem(last=False)
+
+
+class Engine:
+    def __init__(self, model: MoondreamModel, tokenizer, *, max_batch: int = 16, max_len: int | None = None,
+                 pipelined: bool = True, prefix_cache_size: int = 8, use_graphs: bool | None = None,
+                 max_queue: int = 1024, max_prefill: int = 8, mask_capacity: int = 4096) -> None:
+        cfg: MoondreamConfig = model.config
+        self.model, self.tokenizer, self.config = model, tokenizer, cfg
+        if tokenizer.get_vocab_size() > cfg.text.vocab_size:
+            raise CheckpointError(f"tokenizer has {tokenizer.get_vocab_size()} tokens but the model only {cfg.text.vocab_size}")
+        self.pipelined = pipelined
+        self.max_queue, self.max_prefill = max_queue, max_prefill
+        if max_len is None:
+            max_len = min(cfg.text.max_context, cfg.prefix_len + 64 + 3 * DEFAULT_MAX_OBJECTS + 2)
+        self.runner = ModelRunner(model, max_batch=max_batch, max_len=max_len, mask_capacity=mask_capacity,
+                                  use_graphs=use_graphs)
+        t = cfg.tokens
+        self.scheduler = Scheduler(max_batch, self.runner.scratch_pos, t.coord_id, t.size_id, t.eos_id)
+        self.pipeline = PipelineState()
+        self.alphabet = TokenAlphabet(vocab_size=cfg.text.vocab_size, eos_id=t.eos_id, coord_id=t.coord_id, size_id=t.size_id)
+        self.compiler = GrammarCompiler()
+        self.masks = MaskTable(vocab_size=cfg.text.vocab_size, capacity=mask_capacity)
+        self.prefix_cache = PrefixCache(prefix_cache_size)
+        self._ids = itertools.count(1)
+        self._inbox: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stop = False
+        self.steps = 0
+
+    @classmethod
+    def from_pretrained(cls, weights: str | Path | None = None, *, device: str = "cpu", dtype: str = "fp32",
+                        **kwargs) -> Engine:
+        """Load a checkpoint directory (default: the embedded model in assets/)."""
+        directory = Path(weights) if weights is not None else DEFAULT_WEIGHTS
+        model = load_model(directory, dtype=dtype, device=device)
+        return cls(model, load_tokenizer(directory / "tokenizer.json"), **kwargs)
+
+    # ---- public API ---------------------------------------------------------------------
+    def submit(self, image, skill: str, obj: str, *, max_objects: int = DEFAULT_MAX_OBJECTS,
+               on_object: Callable[[dict], None] | None = None, timeout: float | None = None) -> RequestHandle:
+        """Queue a request. Image decoding and cropping run here, in the caller's thread."""
+        text, max_objects = validate_request(skill, obj, max_objects)
+        queued = self._inbox.qsize() + len(self.scheduler.waiting)
+        if queued >= self.max_queue:
+            raise EngineBusy(f"the engine is busy ({queued} requests queued); try again shortly")
+        picture = load_image(image)
+        crops = overlap_crop_image(picture, self.config.vision)
+        prompt = prompt_ids(self.config.tokens, lambda s: self.tokenizer.encode(s).ids, skill, text)
+        key = hashlib.sha256(np.asarray(picture).tobytes() + repr(picture.size).encode()).hexdigest()
+        seq = Sequence(next(self._ids), skill, prompt, max_objects, crops, key, on_object=on_object,
+                       deadline=None if timeout is None else time.monotonic() + timeout)
+        self._inbox.put(seq)
+        self._wake.set()
+        return RequestHandle(seq.id, seq.future, seq, self)
+
+    def point(self, image, obj: str, *, max_objects: int = DEFAULT_MAX_OBJECTS, timeout: float | None = None) -> dict:
+        return self.submit(image, "point", obj, max_objects=max_objects, timeout=timeout).result()
+
+    def detect(self, image, obj: str, *, max_objects: int = DEFAULT_MAX_OBJECTS, timeout: float | None = None) -> dict:
+        return self.submit(image, "detect", obj, max_objects=max_objects, timeout=timeout).result()
+
+    def stream(self, image, skill: str, obj: str, *, max_objects: int = DEFAULT_MAX_OBJECTS) -> Iterator[dict]:
+        """Yield objects as they are committed; raises the request's error, if any, at the end."""
+        found: queue.SimpleQueue = queue.SimpleQueue()
+        handle = self.submit(image, skill, obj, max_objects=max_objects, on_object=found.put)
+        handle.future.add_done_callback(lambda _: found.put(None))
+        try:
+            while True:
+                if self._thread is None:
+                    while found.empty():
+                        self.step()
+                item = found.get()
+                if item is None:
+                    break
+                yield item
+            handle.future.result()
+        finally:
+            if not handle.future.done():
+                handle.cancel()
+
+    # ---- the loop -----------------------------------------------------------------------
+    def step(self) -> bool:
+        """One tick. Returns False when there was nothing to do."""
+        self._drain_inbox()
+        self.scheduler.reap()
+        if self.scheduler.is_idle() and self.pipeline.is_idle():
+            return False
+        if self.pipelined:
+            step = self._launch()
+            self._commit()
+            if step is not None:
+                self._finalize(step)
+        else:
+            step = self._launch()
+            if step is not None:
+                self._finalize(step)
+            self._commit()
+        self.steps += 1
+        return True
+
+    def run_until_idle(self) -> None:
+        while self.step():
+            pass
+
+    def start(self) -> Engine:
+        """Serve from a background thread (for the UI and concurrent callers)."""
+        if self._thread is None:
+            self._stop = False
+            self._thread = threading.Thread(target=self._serve, name="engine", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._stop = True
+            self._wake.set()
+            self._thread.join()
+            self._thread = None
+
+    def _serve(self) -> None:
+        while not self._stop:
+            try:
+                busy = self.step()
+            except Exception as e:  # never leave callers hanging: fail what is in flight, keep serving
+                self._fail_all(e)
+                busy = False
+            if not busy:
+                self._wake.wait(timeout=0.5)
+                self._wake.clear()
+
+    def _wait(self, future: Future, timeout: float | None) -> dict:
+        if self._thread is None:  # no server thread: drive the loop from the caller
+            while not future.done() and self.step():
+                pass
+            return future.result(timeout=0)
+        return future.result(timeout)
+
+    # ---- the three verbs ------------------------------------------------------------------
+    def _launch(self) -> Step | None:
+        if not self.pipeline.can_launch():
+            return None
+        items = self._admit()
+        if items:
+            rows = [seq.row for seq, _ in items]
+            for (seq, _), fresh in zip(items, self.runner.launch_prefill([item for _, item in items])):
+                if fresh is not None:
+                    self.prefix_cache.put(seq.image_key, fresh)
+            self.scheduler.on_launch(rows, advance_position=False)
+            return self.pipeline.launch("prefill", rows, max(rows) + 1)
+        plan = self.scheduler.decode_plan(self.runner.batch_bucket)
+        if plan is None:
+            return None
+        slot = self.runner.slots[self.pipeline.free_slot()]
+        self.runner.launch_decode(slot, plan.batch, plan.positions, self.runner.attn_bucket(plan.attn_len_needed - 1))
+        self.scheduler.on_launch(plan.rows, advance_position=True)
+        return self.pipeline.launch("decode", plan.rows, plan.batch)
+
+    def _finalize(self, step: Step) -> None:
+        states, active = self.scheduler.mask_states(step.rows, step.batch)
+        self.runner.finalize(self.runner.slots[step.slot], step.batch, states, active)
+        self.pipeline.finalize(step)
+
+    def _commit(self) -> None:
+        step = self.pipeline.oldest_sampled()
+        if step is None:
+            return
+        results = self.runner.read_results(self.runner.slots[step.slot], step.batch, step.rows)
+        self.pipeline.commit(step)
+        self.scheduler.commit(step.rows, results)
+
+    def _admit(self) -> list[tuple[Sequence, PrefillItem]]:
+        """Move waiting requests into free KV rows (one image encode per distinct new image)."""
+        sched, cfg = self.scheduler, self.config
+        items, encoding = [], set()
+        while sched.waiting and len(items) < self.max_prefill and sched.free_rows:
+            seq = sched.waiting[0]
+            prefix = self.prefix_cache.get(seq.image_key)
+            if prefix is None and seq.image_key in encoding:
+                break  # the same image is being encoded in this batch; admit it next tick from the cache
+            sched.waiting.popleft()
+            start = cfg.prefix_len + len(seq.prompt)
+            end = start + tokens_per_object(seq.skill) * seq.max_objects + 1
+            if end + 1 > self.runner.scratch_pos:
+                seq.finalized = True
+                seq.future.set_exception(RequestError(
+                    f"request needs {end + 1} KV positions; this engine holds {self.runner.scratch_pos} per row "
+                    f"(lower max_objects or raise max_len)"))
+                continue
+            spec = detect_grammar(max_objects=seq.max_objects) if seq.skill == "detect" else point_grammar(max_objects=seq.max_objects)
+            seq.automaton = self.compiler.compile(spec, self.alphabet)
+            seq.mask_base = self.masks.register(seq.automaton)
+            seq.state = seq.automaton.initial_state
+            self.runner.upload_mask_rows(self.masks.allowed, self.masks.num_rows)
+            sched.start(seq, sched.take_row(), start, end)
+            if prefix is None:
+                encoding.add(seq.image_key)
+            items.append((seq, PrefillItem(seq.row, None if prefix else seq.crops, prefix, seq.prompt)))
+        return items
+
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                self.scheduler.waiting.append(self._inbox.get_nowait())
+            except queue.Empty:
+                return
+
+    def _fail_all(self, error: Exception) -> None:
+        """Last resort after an unexpected device error: fail every request, reset the pipeline."""
+        self._drain_inbox()
+        for seq in list(self.scheduler.waiting) + list(self.scheduler.running.values()):
+            if not seq.future.done():
+                seq.future.set_exception(RuntimeError(f"engine error: {error}"))
+        self.runner.streams.synchronize()
+        self.scheduler.waiting.clear()
+        for seq in list(self.scheduler.running.values()):
+            seq.finalized, seq.inflight_refs = True, 0
+            self.scheduler.release(seq)
+        self.pipeline = PipelineState()
+        for slot in self.runner.slots:
+            slot.poison()
+            slot.unread = False
+
+    # ---- accounting ---------------------------------------------------------------------
+    def pools(self) -> dict[str, int]:
+        """Sizes of every pool, for leak checks: all zero-in-use when idle."""
+        return {
+            "rows_in_use": self.runner.rows - len(self.scheduler.free_rows),
+            "running": len(self.scheduler.running),
+            "waiting": len(self.scheduler.waiting) + self._inbox.qsize(),
+            "steps_in_flight": self.pipeline.in_flight,
+            "slots_unread": sum(s.unread for s in self.runner.slots),
+            "prefix_cache": len(self.prefix_cache.entries),
+        }
+
+
+__all__ = ["Engine", "EngineBusy", "RequestHandle", "RequestError", "Cancelled"]

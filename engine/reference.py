@@ -1,0 +1,54 @@
+"""The plain, blocking Moondream point/detect procedure (Moondream 2 §12.1), one request at a time.
+
+It is the correctness oracle for the pipelined engine, so it is written independently of
+the engine's grammar machinery. One choice differs from the reference code: whether another
+object follows is decided between the coord and EOS logits only (Kestrel's rule, §15.4), so
+that every output conforms to the skill's grammar; EOS wins a tie, as in a masked argmax.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.image import OverlapCrops
+from engine.model import MoondreamModel
+from engine.skills import ObjectBuilder, tokens_per_object
+from engine.text import KVCache
+
+
+@torch.inference_mode()
+def reference_generate(model: MoondreamModel, crops: OverlapCrops, prompt: list[int], skill: str,
+                       max_objects: int) -> dict:
+    cfg = model.config
+    tok, text, region = cfg.tokens, model.text, model.region
+    need = cfg.prefix_len + len(prompt) + tokens_per_object(skill) * max_objects + 2
+    kv = KVCache.allocate(cfg.text, rows=1, max_len=min(need, cfg.text.max_context), device=model.device, dtype=model.dtype)
+    row = torch.zeros(1, dtype=torch.long, device=model.device)
+
+    text.prefill(model.encode_image(crops), kv, row, torch.zeros(1, dtype=torch.long, device=model.device))
+    prompt_embeds = model.embed_ids(torch.tensor(prompt, device=model.device))[None]
+    hidden = text.prefill(prompt_embeds, kv, row, torch.full((1,), cfg.prefix_len, device=model.device))[:, -1]
+    position = cfg.prefix_len + len(prompt)
+
+    def step(embedding: torch.Tensor) -> torch.Tensor:
+        nonlocal position
+        h = text.decode(embedding.to(model.dtype), kv, torch.tensor([position], device=model.device), position + 1)
+        position += 1
+        return h
+
+    builder = ObjectBuilder(skill)
+    while len(builder.objects) < max_objects:
+        logits = text.logits(hidden)[0]
+        if not logits[tok.coord_id] > logits[tok.eos_id]:
+            break
+        x = region.decode_coord(hidden)
+        builder.add_coord(float(x))
+        hidden = step(region.encode_coord(x))
+        y = region.decode_coord(hidden)
+        builder.add_coord(float(y))
+        hidden = step(region.encode_coord(y))
+        if skill == "detect":
+            wh = region.decode_size(hidden)
+            builder.add_size(float(wh[0, 0]), float(wh[0, 1]))
+            hidden = step(region.encode_size(wh))
+    return builder.result()

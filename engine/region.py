@@ -1,0 +1,73 @@
+"""Region heads: Fourier encoders for coordinates/sizes and bin decoders (Moondream 2 §7).
+
+The heads read the decoder's raw hidden state (before the final LayerNorm).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from engine.config import MoondreamConfig
+from engine.layers import MLP
+
+
+def fourier(v: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    angles = 2 * math.pi * (v @ w)
+    return torch.cat([angles.cos(), angles.sin()], dim=-1)
+
+
+class RegionModel(nn.Module):
+    def __init__(self, config: MoondreamConfig, **factory) -> None:
+        super().__init__()
+        r, d = config.region, config.text.dim
+        self.cfg = r
+        self.coord_features = nn.Parameter(torch.zeros(1, r.coord_feat_dim // 2, **factory))
+        self.coord_encoder = nn.Linear(r.coord_feat_dim, d, **factory)
+        self.coord_decoder = MLP(d, r.inner_dim, r.coord_bins, **factory)
+        self.size_features = nn.Parameter(torch.zeros(2, r.size_feat_dim // 2, **factory))
+        self.size_encoder = nn.Linear(r.size_feat_dim, d, **factory)
+        self.size_decoder = MLP(d, r.inner_dim, 2 * r.size_bins, **factory)
+
+    def encode_coord(self, value: torch.Tensor) -> torch.Tensor:
+        """[..., 1] normalised coordinate → [..., D] embedding."""
+        return self.coord_encoder(fourier(value.to(self.coord_features.dtype), self.coord_features))
+
+    def encode_size(self, wh: torch.Tensor) -> torch.Tensor:
+        """[..., 2] normalised (w, h) → [..., D] embedding."""
+        return self.size_encoder(fourier(wh.to(self.size_features.dtype), self.size_features))
+
+    def coord_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.coord_decoder(hidden)
+
+    def size_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[..., D] → [..., 2, bins]: row 0 width, row 1 height."""
+        return self.size_decoder(hidden).unflatten(-1, (2, self.cfg.size_bins))
+
+    def decode_coord(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Greedy coordinate in [0, 1): argmax bin / bins (the reference's scale), shape [..., 1]."""
+        return coord_from_bin(self.coord_logits(hidden).argmax(-1, keepdim=True), self.cfg.coord_bins)
+
+    def decode_size(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Greedy (w, h) on the log scale 2^-10 … 1, shape [..., 2]."""
+        return size_from_bin(self.size_logits(hidden).argmax(-1), self.cfg.size_bins)
+
+
+def coord_from_bin(bins: torch.Tensor, n_bins: int) -> torch.Tensor:
+    return bins.float() / n_bins
+
+
+def size_from_bin(bins: torch.Tensor, n_bins: int) -> torch.Tensor:
+    return torch.exp2(bins.float() / (n_bins - 1) * 10.0 - 10.0)
+
+
+def coord_to_bin(value: torch.Tensor, n_bins: int) -> torch.Tensor:
+    """Training label for a coordinate (inverse of `coord_from_bin`, rounded)."""
+    return (value * n_bins).round().clamp(0, n_bins - 1).long()
+
+
+def size_to_bin(size: torch.Tensor, n_bins: int) -> torch.Tensor:
+    """Training label for a size: round((log2(max(s, 2^-10)) + 10) / 10 · (bins - 1))."""
+    return ((torch.log2(size.clamp(min=2.0**-10)) + 10.0) / 10.0 * (n_bins - 1)).round().clamp(0, n_bins - 1).long()

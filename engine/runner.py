@@ -1,0 +1,205 @@
+"""`ModelRunner`: every device buffer, the two streams, and the three device-side verbs.
+
+    launch_prefill / launch_decode   enqueue a forward on the compute stream
+    finalize                         upload grammar state ids (copy stream) → mask, sample,
+                                     decode region values (compute) → results to host (copy)
+    read_results                     host side of commit: wait for the copy, read, poison
+
+Decode batches are KV rows 0..B-1 (B a bucket); rows not in the step are padding whose
+writes land on the scratch position `max_len - 1` and whose samples are discarded. The
+per-row inputs of the next forward — sampled token and decoded coordinate/size — stay on
+the device (`pending_*`): nothing goes through the CPU between two forwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from engine.image import OverlapCrops
+from engine.model import MoondreamModel
+from engine.slots import DecodeSlot, StepResults
+from engine.streams import Streams
+from engine.text import KVCache
+
+
+def batch_buckets(max_batch: int) -> list[int]:
+    sizes = {b for b in (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128) if b < max_batch}
+    return sorted(sizes | {max_batch})
+
+
+@dataclass(frozen=True)
+class PrefillItem:
+    row: int
+    crops: OverlapCrops | None  # None: the image prefix comes from `prefix`
+    prefix: tuple[torch.Tensor, torch.Tensor] | None
+    prompt: list[int]
+
+
+class ModelRunner:
+    def __init__(self, model: MoondreamModel, *, max_batch: int, max_len: int, mask_capacity: int,
+                 use_graphs: bool | None = None, len_bucket: int = 64) -> None:
+        cfg = model.config
+        self.model, self.cfg = model, cfg
+        self.device = model.device
+        self.streams = Streams(self.device)
+        self.rows = max_batch
+        self.max_len = max_len
+        self.scratch_pos = max_len - 1
+        self.len_bucket = len_bucket
+        self.buckets = batch_buckets(max_batch)
+        self.use_graphs = self.streams.cuda if use_graphs is None else use_graphs
+        dev, dt, v, d = self.device, model.dtype, cfg.text.vocab_size, cfg.text.dim
+        self.kv = KVCache.allocate(cfg.text, max_batch, max_len, device=dev, dtype=dt)
+        self.pending_token = torch.zeros(max_batch, dtype=torch.long, device=dev)
+        self.pending_coord = torch.zeros(max_batch, 1, dtype=torch.float32, device=dev)
+        self.pending_size = torch.zeros(max_batch, 2, dtype=torch.float32, device=dev)
+        self.positions = torch.full((max_batch,), self.scratch_pos, dtype=torch.long, device=dev)
+        self.hidden = torch.zeros(max_batch, d, dtype=dt, device=dev)
+        self.logits = torch.zeros(max_batch, v, dtype=dt, device=dev)
+        self.allowed = torch.ones(mask_capacity, v, dtype=torch.bool, device=dev)
+        self.mask_rows_uploaded = 0
+        self.slots = [DecodeSlot(i, max_batch, self.streams, dev) for i in range(2)]
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self._graph_pool = None
+
+    # ---- shapes -------------------------------------------------------------------------
+    def batch_bucket(self, rows_needed: int) -> int:
+        return next(b for b in self.buckets if b >= rows_needed)
+
+    def attn_bucket(self, max_position: int) -> int:
+        n = -(-(max_position + 1) // self.len_bucket) * self.len_bucket
+        return min(n, self.max_len)
+
+    # ---- grammar masks ------------------------------------------------------------------
+    def upload_mask_rows(self, table: np.ndarray, num_rows: int) -> None:
+        """Copy newly registered grammar-state rows to the device table (admission time only)."""
+        if num_rows > self.mask_rows_uploaded:
+            lo = self.mask_rows_uploaded
+            with self.streams.on_compute():
+                self.allowed[lo:num_rows].copy_(torch.from_numpy(table[lo:num_rows]))
+            self.mask_rows_uploaded = num_rows
+
+    # ---- forwards -----------------------------------------------------------------------
+    @torch.inference_mode()
+    def launch_prefill(self, items: list[PrefillItem]) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
+        """Image prefixes (encoded or copied from cache) then one batched prompt prefill.
+
+        Returns, per item, the freshly computed image prefix K/V (for the prefix cache) or None.
+        """
+        model, text, dev = self.model, self.model.text, self.device
+        plen = self.cfg.prefix_len
+        fresh = []
+        with self.streams.on_compute():
+            for item in items:
+                if item.prefix is not None:
+                    self.kv.copy_prefix(item.row, item.prefix)
+                    fresh.append(None)
+                else:
+                    rows = torch.tensor([item.row], device=dev)
+                    text.prefill(model.encode_image(item.crops), self.kv, rows, torch.zeros(1, dtype=torch.long, device=dev))
+                    fresh.append(self.kv.read_prefix(item.row, plen))
+            longest = max(len(i.prompt) for i in items)
+            ids = torch.zeros(len(items), longest, dtype=torch.long)
+            for n, item in enumerate(items):
+                ids[n, : len(item.prompt)] = torch.tensor(item.prompt)
+            rows = torch.tensor([i.row for i in items], device=dev)
+            hidden = text.prefill(model.embed_ids(ids.to(dev)), self.kv, rows, torch.full((len(items),), plen, device=dev))
+            last = torch.tensor([len(i.prompt) - 1 for i in items], device=dev)
+            h = hidden[torch.arange(len(items), device=dev), last]
+            self.hidden[rows] = h
+            self.logits[rows] = text.logits(h)
+        return fresh
+
+    def _decode_forward(self, batch: int, attn_len: int) -> None:
+        """The graph body: pending inputs of rows 0..B-1 → hidden and logits."""
+        model, tok = self.model, self.cfg.tokens
+        token = self.pending_token[:batch]
+        embeds = torch.where(
+            (token == tok.coord_id)[:, None], model.region.encode_coord(self.pending_coord[:batch]),
+            torch.where((token == tok.size_id)[:, None], model.region.encode_size(self.pending_size[:batch]),
+                        model.embed_ids(token)))
+        hidden = model.text.decode(embeds.to(model.dtype), self.kv, self.positions[:batch], attn_len)
+        self.hidden[:batch] = hidden
+        self.logits[:batch] = model.text.logits(hidden)
+
+    @torch.inference_mode()
+    def launch_decode(self, slot: DecodeSlot, batch: int, positions: np.ndarray, attn_len: int) -> None:
+        """positions: [batch] int64, scratch for padding rows. Enqueues one forward (graph replay on CUDA)."""
+        slot.positions[:batch] = torch.from_numpy(positions)
+        with self.streams.on_compute():
+            self.positions[:batch].copy_(slot.positions[:batch], non_blocking=True)
+            if self.use_graphs:
+                self._graph(batch, attn_len).replay()
+            else:
+                self._decode_forward(batch, attn_len)
+
+    def _graph(self, batch: int, attn_len: int) -> torch.cuda.CUDAGraph:
+        key = (batch, attn_len)
+        if key not in self.graphs:
+            # Warm up on a side stream (allocator and kernel selection), then capture on compute.
+            self.streams.compute.synchronize()
+            for _ in range(2):
+                self._decode_forward(batch, attn_len)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._graph_pool, stream=self.streams.compute):
+                self._decode_forward(batch, attn_len)
+            self._graph_pool = graph.pool()
+            self.graphs[key] = graph
+        return self.graphs[key]
+
+    @torch.inference_mode()
+    def capture_all(self, max_position: int) -> int:
+        """Capture every (batch, length) bucket up front so no request pays capture time."""
+        if not self.use_graphs:
+            return 0
+        lengths = sorted({self.attn_bucket(p) for p in range(self.cfg.prefix_len, max_position + 1, self.len_bucket)}
+                         | {self.attn_bucket(max_position)})
+        with self.streams.on_compute():
+            for b in reversed(self.buckets):
+                for n in lengths:
+                    self._graph(b, n)
+        self.streams.synchronize()
+        return len(self.graphs)
+
+    # ---- sampling -----------------------------------------------------------------------
+    @torch.inference_mode()
+    def finalize(self, slot: DecodeSlot, batch: int, state_ids: np.ndarray, active: np.ndarray) -> None:
+        """Apply grammar masks to the step's logits, sample greedily, decode region values.
+
+        state_ids/active: [batch] (global mask-table row per row; padding/zombie rows use 0,
+        the unconstrained row, and active=0 so their pending inputs are left untouched).
+        """
+        model = self.model
+        slot.claim_for_results()
+        slot.meta[0, :batch] = torch.from_numpy(state_ids)
+        slot.meta[1, :batch] = torch.from_numpy(active)
+        with self.streams.on_copy():
+            slot.meta_dev[:, :batch].copy_(slot.meta[:, :batch], non_blocking=True)
+            slot.mask_ready.record()
+        with self.streams.on_compute():
+            slot.mask_ready.wait()
+            states, act = slot.meta_dev[0, :batch], slot.meta_dev[1, :batch].bool()
+            logits = self.logits[:batch].masked_fill(~self.allowed[states], float("-inf"))
+            token = logits.argmax(-1)
+            hidden = self.hidden[:batch]
+            coord = model.region.decode_coord(hidden)
+            size = model.region.decode_size(hidden)
+            self.pending_token[:batch] = torch.where(act, token, self.pending_token[:batch])
+            self.pending_coord[:batch] = torch.where(act[:, None], coord, self.pending_coord[:batch])
+            self.pending_size[:batch] = torch.where(act[:, None], size, self.pending_size[:batch])
+            slot.tokens_dev[:batch] = token
+            slot.coords_dev[:batch] = coord[:, 0]
+            slot.sizes_dev[:batch] = size
+            slot.sampled.record()
+        with self.streams.on_copy():
+            slot.sampled.wait()
+            slot.tokens[:batch].copy_(slot.tokens_dev[:batch], non_blocking=True)
+            slot.coords[:batch].copy_(slot.coords_dev[:batch], non_blocking=True)
+            slot.sizes[:batch].copy_(slot.sizes_dev[:batch], non_blocking=True)
+            slot.copied.record()
+
+    def read_results(self, slot: DecodeSlot, batch: int, rows: list[int]) -> StepResults:
+        return slot.read_results(batch, rows)

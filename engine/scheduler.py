@@ -1,0 +1,167 @@
+"""`Scheduler`: CPU bookkeeping only — queues, KV rows, step plans, commit.
+
+It never touches tensors. It decides which sequences a step carries, and at commit it
+advances each row's grammar automaton by the committed token, records objects, finishes
+sequences, turns those still in flight into zombies and releases rows at `inflight_refs == 0`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.sequence import Cancelled, Sequence, Status
+from engine.skills import ObjectBuilder
+from engine.slots import StepResults
+
+
+class DeadlineExceeded(TimeoutError):
+    """The request's deadline passed before it finished."""
+
+
+@dataclass
+class DecodePlan:
+    rows: list[int]
+    batch: int
+    positions: np.ndarray  # [batch] write position per row; scratch for padding
+    attn_len_needed: int  # highest active position + 1
+
+
+class Scheduler:
+    def __init__(self, rows: int, scratch_pos: int, coord_id: int, size_id: int, eos_id: int) -> None:
+        self.waiting: deque[Sequence] = deque()
+        self.running: dict[int, Sequence] = {}  # row → sequence (finalized zombies included)
+        self.free_rows = list(range(rows))
+        heapq.heapify(self.free_rows)
+        self.scratch_pos = scratch_pos
+        self.coord_id, self.size_id, self.eos_id = coord_id, size_id, eos_id
+        self.released: list[int] = []  # sequence ids, in release order (for tests and accounting)
+
+    # ---- admission ----------------------------------------------------------------------
+    def take_row(self) -> int | None:
+        return heapq.heappop(self.free_rows) if self.free_rows else None
+
+    def start(self, seq: Sequence, row: int, position: int, end_position: int) -> None:
+        seq.row, seq.position, seq.end_position = row, position, end_position
+        seq.status = Status.RUNNING
+        seq.builder = ObjectBuilder(seq.skill)
+        self.running[row] = seq
+
+    # ---- launch -------------------------------------------------------------------------
+    def decode_plan(self, bucket) -> DecodePlan | None:
+        rows = sorted(r for r, s in self.running.items() if s.can_launch())
+        if not rows:
+            return None
+        batch = bucket(rows[-1] + 1)
+        positions = np.full(batch, self.scratch_pos, dtype=np.int64)
+        for r in rows:
+            positions[r] = self.running[r].position
+        return DecodePlan(rows, batch, positions, int(positions[rows].max()) + 1)
+
+    def on_launch(self, rows: list[int], advance_position: bool) -> None:
+        for r in rows:
+            seq = self.running[r]
+            seq.inflight_refs += 1
+            if advance_position:
+                seq.position += 1
+
+    def mask_states(self, rows: list[int], batch: int) -> tuple[np.ndarray, np.ndarray]:
+        """Global grammar-state ids and active flags for finalize; zombies/padding are unconstrained."""
+        states = np.zeros(batch, dtype=np.int64)
+        active = np.zeros(batch, dtype=np.int64)
+        for r in rows:
+            seq = self.running[r]
+            if not seq.finalized:
+                states[r] = seq.mask_base + seq.state
+                active[r] = 1
+        return states, active
+
+    # ---- commit -------------------------------------------------------------------------
+    def commit(self, rows: list[int], results: StepResults) -> None:
+        for r in rows:
+            seq = self.running[r]
+            seq.inflight_refs -= 1
+            if not seq.finalized:
+                self._consume(seq, int(results.tokens[r]), float(results.coords[r]), results.sizes[r])
+            if seq.finalized and seq.inflight_refs == 0:
+                self.release(seq)
+
+    def _consume(self, seq: Sequence, token: int, coord: float, size: np.ndarray) -> None:
+        seq.steps_committed += 1
+        if token == self.eos_id:
+            if seq.automaton.accepts_eos(seq.state):
+                self.finish(seq)
+            else:
+                self.finish(seq, RuntimeError(f"request {seq.id}: EOS sampled where the grammar forbids it"))
+            return
+        try:
+            seq.state = seq.automaton.advance(seq.state, token)
+        except ValueError as e:  # GrammarViolation
+            self.finish(seq, e)
+            return
+        obj = None
+        if token == self.coord_id:
+            obj = seq.builder.add_coord(coord)
+        elif token == self.size_id:
+            obj = seq.builder.add_size(float(size[0]), float(size[1]))
+        if obj is not None and seq.on_object is not None:
+            try:
+                seq.on_object(obj)
+            except Exception as e:  # a failing stream consumer ends its own request only
+                self.finish(seq, e)
+                return
+        if seq.automaton.must_stop(seq.state):
+            self.finish(seq)
+        elif seq.position >= seq.end_position and seq.inflight_refs == 0:
+            self.finish(seq, RuntimeError(f"request {seq.id}: token budget exhausted before the grammar ended"))
+
+    def finish(self, seq: Sequence, error: BaseException | None = None) -> None:
+        """Deliver the result now; the row stays until no launched step still reads it."""
+        if seq.finalized:
+            return
+        seq.finalized = True
+        seq.status = Status.DONE
+        if not seq.future.done():
+            if error is None:
+                seq.future.set_result(seq.builder.result())
+            else:
+                seq.future.set_exception(error)
+
+    def release(self, seq: Sequence) -> None:
+        if seq.status is Status.RELEASED:
+            raise RuntimeError(f"sequence {seq.id} released twice")
+        assert self.running.pop(seq.row) is seq
+        heapq.heappush(self.free_rows, seq.row)
+        seq.status = Status.RELEASED
+        self.released.append(seq.id)
+
+    # ---- cancellation and deadlines ------------------------------------------------------
+    def reap(self, now: float | None = None) -> None:
+        """Finish cancelled or overdue requests; release rows that nothing in flight reads."""
+        now = time.monotonic() if now is None else now
+        for seq in [s for s in self.waiting if self._stop_reason(s, now)]:
+            self.waiting.remove(seq)
+            seq.finalized, seq.status = True, Status.RELEASED
+            if not seq.future.done():
+                seq.future.set_exception(self._stop_reason(seq, now))
+            self.released.append(seq.id)
+        for seq in list(self.running.values()):
+            if not seq.finalized and (reason := self._stop_reason(seq, now)):
+                self.finish(seq, reason)
+            if seq.finalized and seq.inflight_refs == 0:
+                self.release(seq)
+
+    @staticmethod
+    def _stop_reason(seq: Sequence, now: float) -> BaseException | None:
+        if seq.cancel_requested.is_set() or seq.future.cancelled():
+            return Cancelled(f"request {seq.id} was cancelled")
+        if seq.deadline is not None and now > seq.deadline:
+            return DeadlineExceeded(f"request {seq.id} missed its deadline")
+        return None
+
+    def is_idle(self) -> bool:
+        return not self.waiting and not self.running

@@ -1,0 +1,61 @@
+"""One request's life inside the engine.
+
+    WAITING --admit--> RUNNING --EOS / grammar end / cancel / error--> finalized
+                                                      │ inflight_refs > 0: a *zombie* rides the
+                                                      │ steps already launched; its tokens are ignored
+                                                      └ inflight_refs == 0: KV row released (once)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Callable
+
+from engine.image import OverlapCrops
+from engine.skills import ObjectBuilder
+
+
+class Status(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    DONE = "done"  # finalized: result (or error) delivered
+    RELEASED = "released"  # KV row returned to the pool
+
+
+class Cancelled(Exception):
+    """The request was cancelled before it finished."""
+
+
+@dataclass
+class Sequence:
+    id: int
+    skill: str
+    prompt: list[int]
+    max_objects: int
+    crops: OverlapCrops
+    image_key: str
+    on_object: Callable[[dict], None] | None = None
+    deadline: float | None = None  # time.monotonic() seconds
+    future: Future = field(default_factory=Future)
+    status: Status = Status.WAITING
+    row: int = -1
+    position: int = 0  # next KV position to write; tracks launches, not commits
+    end_position: int = 0  # exclusive bound reserved at admission
+    state: int = 0  # local grammar state after the last committed token
+    automaton: object = None
+    mask_base: int = 0
+    inflight_refs: int = 0
+    finalized: bool = False
+    steps_committed: int = 0
+    builder: ObjectBuilder | None = None
+    cancel_requested: threading.Event = field(default_factory=threading.Event)
+    submitted_at: float = field(default_factory=time.monotonic)
+
+    def can_launch(self) -> bool:
+        # A row never has more than two steps in flight (one sampled, one launched).
+        return self.status is Status.RUNNING and not self.finalized and self.inflight_refs < 2 \
+            and self.position < self.end_position

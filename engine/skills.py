@@ -1,0 +1,85 @@
+"""Skills: what a request asks for (point or detect), its prompt, its grammar, its result.
+
+The scheduler never interprets payloads; it hands committed (token, value) pairs to a
+skill's `ObjectBuilder` and asks it for the result at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from engine.config import TokenConfig
+
+SkillName = Literal["point", "detect"]
+SKILLS: tuple[str, ...] = ("point", "detect")
+DEFAULT_MAX_OBJECTS = 50
+MAX_OBJECTS_LIMIT = 200
+MAX_OBJECT_CHARS = 200
+
+
+class RequestError(ValueError):
+    """A request the engine refuses; the message says what is wrong with it."""
+
+
+def validate_request(skill: str, obj: object, max_objects: object) -> tuple[str, int]:
+    """Check the user-facing parts of a request; return the cleaned object text and cap."""
+    if skill not in SKILLS:
+        raise RequestError(f"unknown skill {skill!r}; choose one of {', '.join(SKILLS)}")
+    if not isinstance(obj, str):
+        raise RequestError(f"the object must be text, got {type(obj).__name__}")
+    text = " ".join(obj.split())  # collapses whitespace, drops control whitespace
+    text = "".join(ch for ch in text if ch.isprintable())
+    if not text:
+        raise RequestError("the object to find is empty; type what to look for, e.g. 'red circle'")
+    if len(text) > MAX_OBJECT_CHARS:
+        raise RequestError(f"the object text is {len(text)} characters long; the limit is {MAX_OBJECT_CHARS}")
+    if isinstance(max_objects, bool) or not isinstance(max_objects, int):
+        raise RequestError(f"max_objects must be a whole number, got {max_objects!r}")
+    if not 1 <= max_objects <= MAX_OBJECTS_LIMIT:
+        raise RequestError(f"max_objects must be between 1 and {MAX_OBJECTS_LIMIT}, got {max_objects}")
+    return text, max_objects
+
+
+def prompt_ids(tokens: TokenConfig, encode, skill: str, obj: str) -> list[int]:
+    """Template ids around the object text; the object is encoded with a leading space."""
+    prefix = tokens.detect_prefix if skill == "detect" else tokens.point_prefix
+    return [*prefix, *encode(" " + obj), *tokens.prompt_suffix]
+
+
+def tokens_per_object(skill: str) -> int:
+    return 3 if skill == "detect" else 2
+
+
+def clamp01(v: float) -> float:
+    return min(1.0, max(0.0, v))
+
+
+@dataclass
+class ObjectBuilder:
+    """Accumulates committed coord/size values into objects, one per complete tuple."""
+
+    skill: str
+    objects: list[dict] = field(default_factory=list)
+    _pending: list[float] = field(default_factory=list)
+
+    def add_coord(self, value: float) -> dict | None:
+        self._pending.append(value)
+        if self.skill == "point" and len(self._pending) == 2:
+            x, y = self._pending
+            self._pending = []
+            return self._emit({"x": x, "y": y})
+        return None
+
+    def add_size(self, w: float, h: float) -> dict | None:
+        x, y = self._pending
+        self._pending = []
+        return self._emit({"x_min": clamp01(x - w / 2), "y_min": clamp01(y - h / 2),
+                           "x_max": clamp01(x + w / 2), "y_max": clamp01(y + h / 2)})
+
+    def _emit(self, obj: dict) -> dict:
+        self.objects.append(obj)
+        return obj
+
+    def result(self) -> dict:
+        return {"points": list(self.objects)} if self.skill == "point" else {"objects": list(self.objects)}

@@ -1,0 +1,166 @@
+"""Phi-style text decoder with a preallocated, row-addressed KV cache (Moondream 2 §6, §11).
+
+KV layout: one *row* of `max_len` positions per live sequence, gpt-fast style. Row 0 is a
+reserved scratch row; position `max_len - 1` of every row is a scratch position that no
+sequence ever uses, so padding rows of a bucketed decode batch can write there harmlessly.
+
+Two entry points, both batched:
+- `prefill(embeds [B, L, D], rows, start)`: writes positions start..start+L-1 of each row.
+  Rows may have different start positions (image prefix copied from a cache, then the prompt).
+- `decode(embeds [B, D], positions [B], attn_len)`: one token for KV rows 0..B-1, each at its
+  own position; attention reads only the first `attn_len` positions (a length bucket), so the
+  step's shapes are static and it can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.config import MoondreamConfig, TextConfig
+from engine.layers import MLP, QKVAttentionWeights
+
+
+class TextBlock(nn.Module):
+    """Parallel block: one LayerNorm feeds both attention and MLP."""
+
+    def __init__(self, cfg: TextConfig, **factory) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(cfg.dim, **factory)
+        self.attn = QKVAttentionWeights(cfg.dim, **factory)
+        self.mlp = MLP(cfg.dim, cfg.ff_dim, **factory)
+
+
+@dataclass
+class KVCache:
+    """k, v: [layers, rows, heads, max_len, head_dim], allocated once."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+
+    @classmethod
+    def allocate(cls, cfg: TextConfig, rows: int, max_len: int, *, device, dtype) -> KVCache:
+        if max_len > cfg.max_context:
+            raise ValueError(f"KV length {max_len} exceeds the model context {cfg.max_context}")
+        shape = (cfg.n_layers, rows, cfg.n_heads, max_len, cfg.head_dim)
+        return cls(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
+
+    @property
+    def rows(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def max_len(self) -> int:
+        return self.k.shape[3]
+
+    def copy_prefix(self, row: int, prefix: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """Place a cached image prefix ([layers, heads, P, hd] each) at positions 0..P-1 of `row`."""
+        pk, pv = prefix
+        self.k[:, row, :, : pk.shape[2]].copy_(pk)
+        self.v[:, row, :, : pv.shape[2]].copy_(pv)
+
+    def read_prefix(self, row: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.k[:, row, :, :length].clone(), self.v[:, row, :, :length].clone()
+
+
+def rope_tables(cfg: TextConfig, max_len: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 cos/sin [max_len, rotary_dims/2] for the partial rotary embedding."""
+    half = cfg.rotary_dims // 2
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, half, device=device, dtype=torch.float32) * 2 / cfg.rotary_dims))
+    angles = torch.outer(torch.arange(max_len, device=device, dtype=torch.float32), inv_freq)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dims: int) -> torch.Tensor:
+    """Rotate the first `rotary_dims` of each head (NeoX halves); the rest pass through.
+
+    The reference writes the rotated pair interleaved; since q and k get the same
+    permutation, attention scores are identical — only the cached-key layout differs.
+    x: [B, H, L, hd]; cos/sin: [B, 1, L, rotary_dims/2].
+    """
+    half = rotary_dims // 2
+    x1 = x[..., :half].float()
+    x2 = x[..., half:rotary_dims].float()
+    rotated = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
+    return torch.cat([rotated, x[..., rotary_dims:]], dim=-1)
+
+
+class TextModel(nn.Module):
+    def __init__(self, config: MoondreamConfig, **factory) -> None:
+        super().__init__()
+        t = config.text
+        self.cfg = t
+        self.prefix_len = config.prefix_len
+        self.wte = nn.Parameter(torch.zeros(t.vocab_size, t.dim, **factory))
+        self.blocks = nn.ModuleList(TextBlock(t, **factory) for _ in range(t.n_layers))
+        self.post_ln = nn.LayerNorm(t.dim, **factory)
+        self.lm_head = nn.Linear(t.dim, t.vocab_size, **factory)
+        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def rope(self, device) -> tuple[torch.Tensor, torch.Tensor]:
+        # Built lazily (non-persistent): the checkpoint stores no tables.
+        if self._rope is None or self._rope[0].device != torch.device(device):
+            self._rope = rope_tables(self.cfg, self.cfg.max_context, device)
+        return self._rope
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.post_ln(hidden))
+
+    def _qkv(self, block: TextBlock, h: torch.Tensor, pos: torch.Tensor):
+        """h [B, L, D], pos [B, L] → q, k, v [B, H, L, hd] with rotary applied."""
+        b, n, d = h.shape
+        t = self.cfg
+        q, k, v = block.attn.qkv(h).view(b, n, 3, t.n_heads, t.head_dim).permute(2, 0, 3, 1, 4)
+        cos, sin = self.rope(h.device)
+        cos, sin = cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)
+        return apply_rope(q, cos, sin, t.rotary_dims), apply_rope(k, cos, sin, t.rotary_dims), v
+
+    def prefill(self, embeds: torch.Tensor, kv: KVCache, rows: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        """Run B sequences of L new positions; returns the raw (pre-post_ln) hidden [B, L, D].
+
+        rows, start: [B] long. Keys visible to query i of row b: positions ≤ start_b + i,
+        plus the whole image prefix while the query itself lies inside it (bidirectional block).
+        """
+        b, n, _ = embeds.shape
+        pos = start[:, None] + torch.arange(n, device=embeds.device)
+        end = int((start + n).max())
+        if end > kv.max_len - 1:
+            raise ValueError(f"prefill reaches position {end}, beyond the KV row length {kv.max_len - 1}")
+        keys = torch.arange(end, device=embeds.device)
+        visible = keys[None, None, :] <= pos[:, :, None]
+        in_prefix = (pos[:, :, None] < self.prefix_len) & (keys[None, None, :] < self.prefix_len)
+        mask = (visible | in_prefix)[:, None]  # [B, 1, L, end]
+        x = embeds
+        row_idx = rows[:, None].expand(b, n)
+        for layer, block in enumerate(self.blocks):
+            h = block.ln(x)
+            q, k, v = self._qkv(block, h, pos)
+            kl, vl = kv.k[layer], kv.v[layer]
+            kl[row_idx, :, pos] = k.transpose(1, 2)
+            vl[row_idx, :, pos] = v.transpose(1, 2)
+            a = F.scaled_dot_product_attention(q, kl[rows, :, :end], vl[rows, :, :end], attn_mask=mask)
+            x = x + block.attn.proj(a.transpose(1, 2).reshape(b, n, -1)) + block.mlp(h)
+        return x
+
+    def decode(self, embeds: torch.Tensor, kv: KVCache, positions: torch.Tensor, attn_len: int) -> torch.Tensor:
+        """One token for KV rows 0..B-1 at `positions` [B]; returns raw hidden [B, D].
+
+        Static shapes for a given (B, attn_len): safe to capture in a CUDA graph.
+        """
+        b = embeds.shape[0]
+        rows = torch.arange(b, device=embeds.device)
+        mask = (torch.arange(attn_len, device=embeds.device)[None, :] <= positions[:, None])[:, None, None, :]
+        x = embeds[:, None, :]
+        pos = positions[:, None]
+        for layer, block in enumerate(self.blocks):
+            h = block.ln(x)
+            q, k, v = self._qkv(block, h, pos)
+            kl, vl = kv.k[layer], kv.v[layer]
+            kl[rows, :, positions] = k[:, :, 0]
+            vl[rows, :, positions] = v[:, :, 0]
+            a = F.scaled_dot_product_attention(q, kl[:b, :, :attn_len], vl[:b, :, :attn_len], attn_mask=mask)
+            x = x + block.attn.proj(a.transpose(1, 2).reshape(b, 1, -1)) + block.mlp(h)
+        return x[:, 0]

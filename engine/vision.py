@@ -1,0 +1,59 @@
+"""SigLIP-style vision encoder and the projection into the text model (Moondream 2 §3–§5)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.config import MoondreamConfig
+from engine.image import patchify, pool_to_grid, reconstruct_from_crops
+from engine.layers import MLP, QKVAttentionWeights
+
+
+class VisionBlock(nn.Module):
+    def __init__(self, dim: int, n_heads: int, ff_dim: int, **factory) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.ln1 = nn.LayerNorm(dim, **factory)
+        self.attn = QKVAttentionWeights(dim, **factory)
+        self.ln2 = nn.LayerNorm(dim, **factory)
+        self.mlp = MLP(dim, ff_dim, **factory)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.attn.qkv(self.ln1(x)).chunk(3, dim=-1)
+        q, k, v = (t.view(b, n, self.n_heads, d // self.n_heads).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, n, d)
+        x = x + self.attn.proj(a)
+        return x + self.mlp(self.ln2(x))
+
+
+class VisionEncoder(nn.Module):
+    def __init__(self, config: MoondreamConfig, **factory) -> None:
+        super().__init__()
+        v = config.vision
+        self.cfg = v
+        self.patch_emb = nn.Linear(v.patch_dim, v.dim, **factory)
+        self.pos_emb = nn.Parameter(torch.zeros(1, v.n_patches, v.dim, **factory))
+        self.blocks = nn.ModuleList(VisionBlock(v.dim, v.n_heads, v.ff_dim, **factory) for _ in range(v.n_layers))
+        self.post_ln = nn.LayerNorm(v.dim, **factory)
+        self.proj_mlp = MLP(2 * v.dim, v.proj_inner_dim, config.text.dim, **factory)
+
+    def encode_crops(self, crops: torch.Tensor) -> torch.Tensor:
+        """[N, 3, S, S] normalised crops → [N, patches, dim] features (global crop first)."""
+        x = self.patch_emb(patchify(crops, self.cfg.patch_size)) + self.pos_emb
+        for block in self.blocks:
+            x = block(x)
+        return self.post_ln(x)
+
+    def project(self, features: torch.Tensor, tiling: tuple[int, int]) -> torch.Tensor:
+        """Stitch the local tiles, pool them to one grid, and project [global | local] to text width."""
+        g = self.cfg.grid
+        local = features[1:].view(-1, g, g, features.shape[-1])
+        stitched = reconstruct_from_crops(local, tiling, self.cfg.overlap_margin)
+        pooled = pool_to_grid(stitched, g)
+        return self.proj_mlp(torch.cat([features[0], pooled], dim=-1))
+
+    def forward(self, crops: torch.Tensor, tiling: tuple[int, int]) -> torch.Tensor:
+        return self.project(self.encode_crops(crops), tiling)
