@@ -170,28 +170,28 @@ def load_model(directory: str | Path, *, dtype: str | torch.dtype = "fp32", devi
     return model.eval()
 
 
+@torch.no_grad()
+def init_random_(model: MoondreamModel, *, seed: int = 0, std: float = 0.02) -> MoondreamModel:
+    """Random weights in place, on the model's own device: N(0, std) matrices, LayerNorm (1, 0),
+    zero biases; Fourier feature matrices get std 1 so coordinate embeddings are not all alike."""
+    gen = torch.Generator(device=model.device).manual_seed(seed)
+    norm_weights = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm)}
+    for name, param in model.named_parameters():
+        if name in norm_weights:
+            param.fill_(1.0)
+        elif name.endswith(".bias"):
+            param.zero_()
+        else:
+            sample = torch.randn(param.shape, generator=gen, device=param.device, dtype=torch.float32)
+            param.copy_(sample if name.endswith("_features") else sample * std)
+    return model
+
+
 def random_state_dict(config: MoondreamConfig, *, seed: int = 0, dtype: torch.dtype = torch.bfloat16,
                       std: float = 0.02) -> dict[str, torch.Tensor]:
-    """Checkpoint-keyed random weights: N(0, std) matrices, LayerNorm (1, 0), zero biases.
-
-    Fourier feature matrices get std 1 so coordinate embeddings are not all alike.
-    """
-    gen = torch.Generator().manual_seed(seed)
-    model = MoondreamModel(config, device="meta")
-    norm_weights = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm)}
-    out = {}
-    for name, param in model.state_dict().items():
-        shape, key = tuple(param.shape), KEY_PREFIX + name
-        if name in norm_weights:
-            t = torch.ones(shape)
-        elif name.endswith(".bias"):
-            t = torch.zeros(shape)
-        elif name.endswith("_features"):
-            t = torch.randn(shape, generator=gen)
-        else:
-            t = torch.randn(shape, generator=gen) * std
-        out[key] = t.to(dtype).contiguous()
-    return out
+    """Checkpoint-keyed random weights (see `init_random_`)."""
+    model = init_random_(MoondreamModel(config, device="cpu", dtype=dtype), seed=seed, std=std)
+    return {KEY_PREFIX + k: v.contiguous() for k, v in model.state_dict().items()}
 
 
 def save_checkpoint(directory: str | Path, state: dict[str, torch.Tensor], config: MoondreamConfig,

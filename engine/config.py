@@ -184,4 +184,16 @@ TINY = MoondreamConfig(
     tokens=TokenConfig(detect_prefix=(1, 10, 2), point_prefix=(1, 11, 2)),
 )
 
-PRESETS: dict[str, MoondreamConfig] = {"moondream2": MOONDREAM2, "tiny": TINY}
+# Our own small default model (trained by `python -m engine.train`, shipped in assets/model):
+# same architecture, 224-px crops of 16-px patches (14×14 grid, 197-token prefix), at most
+# 1 global + 4 local crops. 8.21 M parameters = 15.7 MiB in bf16. max_context 512 leaves room for
+# the prefix, a prompt and 3 × 100 object slots (max_objects 50 needs ≈ 360 positions).
+EMBEDDED = MoondreamConfig(
+    vision=VisionConfig(dim=192, n_layers=5, n_heads=3, ff_dim=768, crop_size=224, patch_size=16,
+                        overlap_margin=2, max_crops=4, proj_inner_dim=768),
+    text=TextConfig(dim=256, n_layers=4, n_heads=8, ff_dim=1024, vocab_size=512, max_context=512, rotary_dims=16),
+    region=RegionConfig(coord_feat_dim=64, coord_bins=1024, size_feat_dim=128, size_bins=1024, inner_dim=512),
+    tokens=TokenConfig(detect_prefix=(1, 10, 2), point_prefix=(1, 11, 2)),
+)
+
+PRESETS: dict[str, MoondreamConfig] = {"moondream2": MOONDREAM2, "tiny": TINY, "embedded": EMBEDDED}

@@ -125,6 +125,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._stop = False
         self.steps = 0
+        self.decode_steps = 0
 
     @classmethod
     def from_pretrained(cls, weights: str | Path | None = None, *, device: str = "cpu", dtype: str = "fp32",
@@ -210,6 +211,7 @@ class Engine:
         return self
 
     def close(self) -> None:
+        """Finish what was accepted, then stop the serving thread."""
         if self._thread is not None:
             self._stop = True
             self._wake.set()
@@ -217,7 +219,8 @@ class Engine:
             self._thread = None
 
     def _serve(self) -> None:
-        while not self._stop:
+        # On close, keep stepping until every accepted request is done and every row released.
+        while not (self._stop and self.scheduler.is_idle() and self.pipeline.is_idle() and self._inbox.empty()):
             try:
                 busy = self.step()
             except Exception as e:  # never leave callers hanging: fail what is in flight, keep serving
@@ -252,6 +255,7 @@ class Engine:
         slot = self.runner.slots[self.pipeline.free_slot()]
         self.runner.launch_decode(slot, plan.batch, plan.positions, self.runner.attn_bucket(plan.attn_len_needed - 1))
         self.scheduler.on_launch(plan.rows, advance_position=True)
+        self.decode_steps += 1
         return self.pipeline.launch("decode", plan.rows, plan.batch)
 
     def _finalize(self, step: Step) -> None:

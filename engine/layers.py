@@ -5,11 +5,37 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+# cuDNN attention gave run-to-run different bf16 results on an H200 (measured: 12 of 32
+# detect outputs changed between identical runs); greedy outputs must be reproducible, so
+# attention may use every backend but that one.
+_DETERMINISTIC_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    with sdpa_kernel(_DETERMINISTIC_SDPA):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
 def gelu(x: torch.Tensor) -> torch.Tensor:
     # Moondream uses the tanh approximation everywhere (vision, text and region heads).
     return F.gelu(x, approximate="tanh")
+
+
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """One query per row as two batched matmuls (q [B, H, 1, hd], k/v [B, H, L, hd] views of the
+    cache, bias [B·H, 1, L] additive mask: 0 or -inf). Returns [B, H, 1, hd].
+
+    For a single query the fused attention kernels tile 64 queries and idle: on an H200 the
+    memory-efficient kernel took 51 µs per layer at batch 1 and 144 µs at batch 32, where
+    streaming K and V through two matmuls is bandwidth-bound. Scale and mask ride in the
+    first GEMM (baddbmm); softmax accumulates in fp32.
+    """
+    b, h, _, d = q.shape
+    scores = torch.baddbmm(bias, q.reshape(b * h, 1, d), k.flatten(0, 1).transpose(1, 2), alpha=d ** -0.5)
+    probs = torch.softmax(scores, -1, dtype=torch.float32).to(v.dtype)
+    return torch.bmm(probs, v.flatten(0, 1)).view(b, h, 1, d)
 
 
 class MLP(nn.Module):

@@ -50,7 +50,7 @@ class ModelRunner:
         self.scratch_pos = max_len - 1
         self.len_bucket = len_bucket
         self.buckets = batch_buckets(max_batch)
-        self.use_graphs = self.streams.cuda if use_graphs is None else use_graphs
+        self.use_graphs = self.streams.cuda and use_graphs is not False  # graphs exist only on CUDA
         dev, dt, v, d = self.device, model.dtype, cfg.text.vocab_size, cfg.text.dim
         self.kv = KVCache.allocate(cfg.text, max_batch, max_len, device=dev, dtype=dt)
         self.pending_token = torch.zeros(max_batch, dtype=torch.long, device=dev)

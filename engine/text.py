@@ -17,11 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from engine.config import MoondreamConfig, TextConfig
-from engine.layers import MLP, QKVAttentionWeights
+from engine.layers import MLP, QKVAttentionWeights, attention, decode_attention
 
 
 class TextBlock(nn.Module):
@@ -67,25 +66,27 @@ class KVCache:
 
 
 def rope_tables(cfg: TextConfig, max_len: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp32 cos/sin [max_len, rotary_dims/2] for the partial rotary embedding."""
+    """fp32 tables [max_len, rotary_dims] for the partial rotary embedding in the
+    `x·cos + swap(x)·sin` form: cos is [cos, cos]; sin is [-sin, sin] (NeoX halves)."""
     half = cfg.rotary_dims // 2
     inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, half, device=device, dtype=torch.float32) * 2 / cfg.rotary_dims))
     angles = torch.outer(torch.arange(max_len, device=device, dtype=torch.float32), inv_freq)
-    return angles.cos(), angles.sin()
+    return torch.cat([angles.cos(), angles.cos()], -1), torch.cat([-angles.sin(), angles.sin()], -1)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dims: int) -> torch.Tensor:
-    """Rotate the first `rotary_dims` of each head (NeoX halves); the rest pass through.
+def apply_rope_(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dims: int) -> torch.Tensor:
+    """Rotate the first `rotary_dims` of each head in place (NeoX halves); the rest pass through.
 
+    Computed in fp32 (the tables are fp32 and promote the product), written back in x's dtype.
     The reference writes the rotated pair interleaved; since q and k get the same
     permutation, attention scores are identical — only the cached-key layout differs.
-    x: [B, H, L, hd]; cos/sin: [B, 1, L, rotary_dims/2].
+    x: [..., hd]; cos/sin: broadcastable to [..., rotary_dims]. Four kernels on a GPU.
     """
     half = rotary_dims // 2
-    x1 = x[..., :half].float()
-    x2 = x[..., half:rotary_dims].float()
-    rotated = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
-    return torch.cat([rotated, x[..., rotary_dims:]], dim=-1)
+    r = x[..., :rotary_dims]
+    swapped = r.unflatten(-1, (2, half)).flip(-2).flatten(-2)
+    r.copy_(torch.addcmul(r * cos, swapped, sin))
+    return x
 
 
 class TextModel(nn.Module):
@@ -109,14 +110,18 @@ class TextModel(nn.Module):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.post_ln(hidden))
 
-    def _qkv(self, block: TextBlock, h: torch.Tensor, pos: torch.Tensor):
-        """h [B, L, D], pos [B, L] → q, k, v [B, H, L, hd] with rotary applied."""
-        b, n, d = h.shape
+    def rope_at(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin for positions [B, L], shaped to broadcast over (q|k, head): [B, L, 1, 1, r]."""
+        cos, sin = self.rope(pos.device)
+        return cos[pos][:, :, None, None], sin[pos][:, :, None, None]
+
+    def _qkv(self, block: TextBlock, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]):
+        """h [B, L, D] → q, k, v [B, L, H, hd]; one rotary pass covers q and k."""
+        b, n, _ = h.shape
         t = self.cfg
-        q, k, v = block.attn.qkv(h).view(b, n, 3, t.n_heads, t.head_dim).permute(2, 0, 3, 1, 4)
-        cos, sin = self.rope(h.device)
-        cos, sin = cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)
-        return apply_rope(q, cos, sin, t.rotary_dims), apply_rope(k, cos, sin, t.rotary_dims), v
+        qkv = block.attn.qkv(h).view(b, n, 3, t.n_heads, t.head_dim)
+        apply_rope_(qkv[:, :, :2], *rope, t.rotary_dims)
+        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
 
     def prefill(self, embeds: torch.Tensor, kv: KVCache, rows: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         """Run B sequences of L new positions; returns the raw (pre-post_ln) hidden [B, L, D].
@@ -135,13 +140,14 @@ class TextModel(nn.Module):
         mask = (visible | in_prefix)[:, None]  # [B, 1, L, end]
         x = embeds
         row_idx = rows[:, None].expand(b, n)
+        rope = self.rope_at(pos)
         for layer, block in enumerate(self.blocks):
             h = block.ln(x)
-            q, k, v = self._qkv(block, h, pos)
+            q, k, v = self._qkv(block, h, rope)
             kl, vl = kv.k[layer], kv.v[layer]
-            kl[row_idx, :, pos] = k.transpose(1, 2)
-            vl[row_idx, :, pos] = v.transpose(1, 2)
-            a = F.scaled_dot_product_attention(q, kl[rows, :, :end], vl[rows, :, :end], attn_mask=mask)
+            kl[row_idx, :, pos] = k
+            vl[row_idx, :, pos] = v
+            a = attention(q.transpose(1, 2), kl[rows, :, :end], vl[rows, :, :end], mask)
             x = x + block.attn.proj(a.transpose(1, 2).reshape(b, n, -1)) + block.mlp(h)
         return x
 
@@ -151,16 +157,19 @@ class TextModel(nn.Module):
         Static shapes for a given (B, attn_len): safe to capture in a CUDA graph.
         """
         b = embeds.shape[0]
+        t = self.cfg
         rows = torch.arange(b, device=embeds.device)
-        mask = (torch.arange(attn_len, device=embeds.device)[None, :] <= positions[:, None])[:, None, None, :]
+        visible = torch.arange(attn_len, device=embeds.device)[None, :] <= positions[:, None]
+        bias = torch.zeros(b, attn_len, dtype=embeds.dtype, device=embeds.device).masked_fill_(~visible, float("-inf"))
+        bias = bias[:, None, None, :].expand(b, t.n_heads, 1, attn_len).reshape(b * t.n_heads, 1, attn_len)
         x = embeds[:, None, :]
-        pos = positions[:, None]
+        rope = self.rope_at(positions[:, None])
         for layer, block in enumerate(self.blocks):
             h = block.ln(x)
-            q, k, v = self._qkv(block, h, pos)
+            q, k, v = self._qkv(block, h, rope)
             kl, vl = kv.k[layer], kv.v[layer]
-            kl[rows, :, positions] = k[:, :, 0]
-            vl[rows, :, positions] = v[:, :, 0]
-            a = F.scaled_dot_product_attention(q, kl[:b, :, :attn_len], vl[:b, :, :attn_len], attn_mask=mask)
-            x = x + block.attn.proj(a.transpose(1, 2).reshape(b, 1, -1)) + block.mlp(h)
+            kl[rows, :, positions] = k[:, 0]
+            vl[rows, :, positions] = v[:, 0]
+            a = decode_attention(q.transpose(1, 2), kl[:b, :, :attn_len], vl[:b, :, :attn_len], bias)
+            x = x + block.attn.proj(a.reshape(b, 1, -1)) + block.mlp(h)
         return x[:, 0]

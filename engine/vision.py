@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from engine.config import MoondreamConfig
 from engine.image import patchify, pool_to_grid, reconstruct_from_crops
-from engine.layers import MLP, QKVAttentionWeights
+from engine.layers import MLP, QKVAttentionWeights, attention
 
 
 class VisionBlock(nn.Module):
@@ -24,7 +23,7 @@ class VisionBlock(nn.Module):
         b, n, d = x.shape
         q, k, v = self.attn.qkv(self.ln1(x)).chunk(3, dim=-1)
         q, k, v = (t.view(b, n, self.n_heads, d // self.n_heads).transpose(1, 2) for t in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, n, d)
+        a = attention(q, k, v).transpose(1, 2).reshape(b, n, d)
         x = x + self.attn.proj(a)
         return x + self.mlp(self.ln2(x))
 

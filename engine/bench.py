@@ -1,0 +1,145 @@
+"""Decode-step benchmark: blocking vs pipelined, against the same engine's GPU-only step.
+
+    python -m engine.bench [--device cuda|cpu] [--preset moondream2|tiny] [--batch 1,32] [--json OUT]
+
+Random weights (no download). The lm_head bias of the coord token is raised so every request
+keeps emitting objects up to `--objects`: each request then decodes 3·objects+1 steps, and a
+step's cost does not depend on what random weights happen to say. Each batch uses distinct
+random images (one image prefix per request).
+
+Columns (ms per decode step, steady state, prefill excluded):
+  blocking    the engine with pipelined=False: launch → finalize → wait → commit
+  pipelined   the engine as shipped: launch t+1 → commit t → finalize t+1
+  gpu_only    the same forward (graph replay on CUDA) + the same sampling kernels, enqueued
+              back to back with no CPU bookkeeping and no host copies: the floor the engine can reach
+  bubble %    (pipelined - gpu_only) / pipelined: GPU time left idle by the CPU
+  speedup     blocking / pipelined
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+
+import numpy as np
+import torch
+
+from engine.checkpoint import init_random_, parse_dtype
+from engine.config import PRESETS
+from engine.engine import Engine
+from engine.model import MoondreamModel
+from engine.tokenizer import build_tokenizer
+
+
+def build_model(preset: str, device: str, dtype: str, seed: int) -> MoondreamModel:
+    model = MoondreamModel(PRESETS[preset], device=device, dtype=parse_dtype(dtype))
+    init_random_(model, seed=seed)
+    with torch.no_grad():  # keep every request decoding until its object cap (see module docstring)
+        model.text.lm_head.bias[model.config.tokens.coord_id] = 30.0
+    return model.eval()
+
+
+def timed_decode(engine: Engine, images: list[np.ndarray], objects: int) -> tuple[float, int, list[dict]]:
+    """Submit one detect per image, run to completion; return (ms per decode tick, ticks, results)."""
+    handles = [engine.submit(im, "detect", "object", max_objects=objects) for im in images]
+    while engine.scheduler.waiting or engine._inbox.qsize():
+        engine.step()  # admission: prefill steps take priority over decode
+    engine.runner.streams.synchronize()
+    first, start = engine.decode_steps, time.perf_counter()
+    while engine.step():
+        pass
+    engine.runner.streams.synchronize()
+    steps = engine.decode_steps - first
+    return (time.perf_counter() - start) / steps * 1e3, steps, [h.result() for h in handles]
+
+
+def gpu_only_step(engine: Engine, batch: int, attn_len: int, iters: int) -> float:
+    """The decode forward + sampling with no CPU work between steps (CUDA events)."""
+    runner = engine.runner
+    slot = runner.slots[0]
+    states = np.zeros(batch, dtype=np.int64)
+    active = np.zeros(batch, dtype=np.int64)  # inactive: leaves pending inputs untouched
+    positions = np.full(batch, attn_len - 1, dtype=np.int64)
+
+    def one():
+        runner.launch_decode(slot, batch, positions, attn_len)
+        runner.finalize(slot, batch, states, active)
+        slot.unread = False  # no commit reads these results: that is the point of this column
+
+    for _ in range(3):
+        one()
+    runner.streams.synchronize()
+    if not runner.streams.cuda:
+        start = time.perf_counter()
+        for _ in range(iters):
+            one()
+        return (time.perf_counter() - start) / iters * 1e3
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with runner.streams.on_compute():
+        begin.record()
+    for _ in range(iters):
+        one()
+    with runner.streams.on_compute():
+        end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / iters
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--preset", default="moondream2", choices=sorted(PRESETS))
+    p.add_argument("--dtype", default=None, help="default: bf16 on cuda, fp32 on cpu")
+    p.add_argument("--batch", default="1,32")
+    p.add_argument("--objects", type=int, default=50, help="objects per request (3 decode steps each)")
+    p.add_argument("--iters", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, help="write the table as JSON here")
+    args = p.parse_args(argv)
+    dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
+    batches = [int(b) for b in args.batch.split(",")]
+    model = build_model(args.preset, args.device, dtype, args.seed)
+    tokenizer = build_tokenizer(vocab_size=min(512, model.config.text.vocab_size))
+    cfg = model.config
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    gpu = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
+    for batch in batches:
+        engines = {mode: Engine(model, tokenizer, max_batch=batch, pipelined=mode == "pipelined", prefix_cache_size=0)
+                   for mode in ("blocking", "pipelined")}
+        prompt_len = 2 + len(cfg.tokens.detect_prefix) + len(tokenizer.encode(" object").ids)
+        last_pos = cfg.prefix_len + prompt_len + 3 * args.objects + 1
+        for engine in engines.values():
+            engine.runner.capture_all(last_pos)
+        images = [(rng.random((378, 378, 3)) * 255).astype(np.uint8) for _ in range(batch)]
+        timed_decode(engines["blocking"], images, 2)  # warm-up: allocator, kernels, grammar cache
+        timed_decode(engines["pipelined"], images, 2)
+        blocking, _, out_b = timed_decode(engines["blocking"], images, args.objects)
+        pipelined, _, out_p = timed_decode(engines["pipelined"], images, args.objects)
+        if out_b != out_p:
+            raise SystemExit("pipelined and blocking outputs differ: the benchmark is void")
+        mid = engines["pipelined"].runner.attn_bucket(cfg.prefix_len + prompt_len + 3 * args.objects // 2)
+        gpu_only = gpu_only_step(engines["pipelined"], engines["pipelined"].runner.batch_bucket(batch), mid, args.iters)
+        rows.append({"batch": batch, "blocking_ms": blocking, "pipelined_ms": pipelined, "gpu_only_ms": gpu_only,
+                     "bubble_pct": 100 * (pipelined - gpu_only) / pipelined, "speedup": blocking / pipelined,
+                     "pipelined_over_gpu_only": pipelined / gpu_only})
+        del engines
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    header = f"{args.preset} {dtype} on {gpu}; {args.objects} objects/request ({3 * args.objects + 1} decode steps)"
+    print(header)
+    print(f"{'batch':>5} {'blocking ms':>12} {'pipelined ms':>13} {'gpu-only ms':>12} {'bubble %':>9} {'speedup':>8} {'pipe/gpu':>9}")
+    for r in rows:
+        print(f"{r['batch']:>5} {r['blocking_ms']:>12.3f} {r['pipelined_ms']:>13.3f} {r['gpu_only_ms']:>12.3f} "
+              f"{r['bubble_pct']:>9.1f} {r['speedup']:>8.3f} {r['pipelined_over_gpu_only']:>9.3f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": gpu, "preset": args.preset, "dtype": dtype, "objects": args.objects,
+                       "torch": torch.__version__, "rows": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

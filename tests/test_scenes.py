@@ -1,0 +1,294 @@
+"""Synthetic scenes: determinism, exact ground truth, query matching, variety, speed."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine import scenes
+from engine.scenes import (COLOURS, QUERY_WORDS, SHAPES, Query, Scene, SceneObject, make_query, make_scene,
+                           render_shape, scene_batch)
+
+
+@pytest.fixture(scope="module")
+def batch() -> list[tuple[Scene, Query]]:
+    return scene_batch(1234, 300)
+
+
+def _pixel_rect(obj: SceneObject, w: int, h: int) -> tuple[int, int, int, int]:
+    """Box in pixel edges (x0, y0, x1, y1); asserts the normalised box sits on the pixel grid."""
+    x0, y0, x1, y1 = obj.box
+    px = (x0 * w, y0 * h, x1 * w, y1 * h)
+    rect = tuple(int(round(v)) for v in px)
+    assert all(abs(a - b) < 1e-6 for a, b in zip(px, rect)), obj.box
+    return rect  # type: ignore[return-value]
+
+
+def _colour_hits(arr: np.ndarray, rgb) -> np.ndarray:
+    return (arr == np.array(rgb, dtype=np.uint8)).all(axis=-1)
+
+
+# ------------------------------------------------------------------ vocabulary
+
+def test_vocabulary():
+    assert len(SHAPES) >= 5 and len(set(SHAPES)) == len(SHAPES)
+    assert len(COLOURS) >= 6
+    assert set(QUERY_WORDS) == set(SHAPES) | set(COLOURS)
+    assert all(" " not in w and w == w.lower() for w in QUERY_WORDS)
+    assert not set(SHAPES) & set(COLOURS)
+
+
+def test_object_colours_are_distinct():
+    for (a, ca), (b, cb) in itertools.combinations(COLOURS.items(), 2):
+        d = float(np.linalg.norm(np.subtract(ca, cb)))
+        assert d > 4 * scenes.COLOUR_JITTER * math.sqrt(3) / 2 and d > 70, (a, b, d)
+
+
+def test_backgrounds_stay_far_from_object_colours():
+    rng = np.random.default_rng(5)
+    obj = np.array(list(COLOURS.values()), dtype=np.float64)
+    kinds = Counter()
+    for _ in range(120):
+        img, kind = scenes._background(rng, 97, 131)
+        assert img.shape == (131, 97, 3) and img.dtype == np.uint8
+        kinds[kind] += 1
+        px = np.unique(img.reshape(-1, 3), axis=0).astype(np.float64)
+        dist = np.linalg.norm(px[:, None, :] - obj[None, :, :], axis=-1).min()
+        # jittered object colours stay distinguishable from every background pixel
+        assert dist > 2 * scenes.COLOUR_JITTER * math.sqrt(3), (kind, dist)
+    assert set(kinds) == set(scenes.BACKGROUNDS)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_render_shape(shape):
+    masks = [render_shape(shape, d, a) for d in (12, 31.5, 80) for a in (-10, 0, 10)]
+    for m in masks:
+        assert m.dtype == bool and m.any()
+        # cropped tight: every border row/column touches the shape
+        assert m[0].any() and m[-1].any() and m[:, 0].any() and m[:, -1].any()
+        # convex-ish: the centroid pixel is inside
+        ys, xs = np.nonzero(m)
+        assert m[int(round(ys.mean())), int(round(xs.mean()))]
+    big = render_shape(shape, 200, 0)
+    fill = big.mean()
+    expected = {"circle": 0.785, "square": 1.0, "triangle": 0.5, "star": 0.36, "cross": 0.54,
+                "hexagon": 0.75, "diamond": 0.5}[shape]
+    assert abs(fill - expected) < 0.05, (shape, fill)
+
+
+def test_shapes_differ_pixelwise():
+    ms = {s: render_shape(s, 60, 0) for s in SHAPES}
+    for a, b in itertools.combinations(SHAPES, 2):
+        ma, mb = ms[a], ms[b]
+        h, w = max(ma.shape[0], mb.shape[0]), max(ma.shape[1], mb.shape[1])
+        pa = np.zeros((h, w), bool); pa[:ma.shape[0], :ma.shape[1]] = ma
+        pb = np.zeros((h, w), bool); pb[:mb.shape[0], :mb.shape[1]] = mb
+        iou = (pa & pb).sum() / (pa | pb).sum()
+        assert iou < 0.9, (a, b, iou)
+
+
+# ------------------------------------------------------------------ determinism
+
+def test_deterministic_from_seed():
+    a, b = scene_batch(7, 12), scene_batch(7, 12)
+    for (sa, qa), (sb, qb) in zip(a, b):
+        assert sa.image.size == sb.image.size and sa.image.tobytes() == sb.image.tobytes()
+        assert sa.objects == sb.objects and qa == qb
+    c = scene_batch(8, 12)
+    assert any(sa.image.tobytes() != sc.image.tobytes() for (sa, _), (sc, _) in zip(a, c))
+
+
+def test_batch_items_depend_only_on_seed_and_index():
+    short, long = scene_batch(3, 4), scene_batch(3, 9)
+    for (sa, qa), (sb, qb) in zip(short, long):
+        assert sa.image.tobytes() == sb.image.tobytes() and qa == qb
+
+
+def test_make_scene_deterministic_from_generator():
+    s1 = make_scene(np.random.default_rng(99))
+    s2 = make_scene(np.random.default_rng(99))
+    assert s1.image.tobytes() == s2.image.tobytes() and s1.objects == s2.objects
+
+
+# ------------------------------------------------------------------ ground truth
+
+def _check_scene(scene: Scene) -> None:
+    arr = np.asarray(scene.image)
+    w, h = scene.image.size
+    assert arr.shape == (h, w, 3) and scene.image.mode == "RGB"
+    for i, obj in enumerate(scene.objects):
+        assert obj.shape in SHAPES and obj.colour in COLOURS
+        assert all(abs(c - b) <= scenes.COLOUR_JITTER for c, b in zip(obj.rgb, COLOURS[obj.colour]))
+        x0, y0, x1, y1 = obj.box
+        assert 0.0 <= x0 < x1 <= 1.0 and 0.0 <= y0 < y1 <= 1.0
+        px0, py0, px1, py1 = _pixel_rect(obj, w, h)
+        mask = obj.mask
+        assert mask.shape == (py1 - py0, px1 - px0)
+        # The full shape touches all four box edges (tight box).
+        assert mask[0].any() and mask[-1].any() and mask[:, 0].any() and mask[:, -1].any()
+        # From the image alone: pixels of the object's exact colour in the box grown by one pixel.
+        gx0, gy0, gx1, gy1 = max(px0 - 1, 0), max(py0 - 1, 0), min(px1 + 1, w), min(py1 + 1, h)
+        hits = _colour_hits(arr[gy0:gy1, gx0:gx1], obj.rgb)
+        inner = hits[py0 - gy0:py1 - gy0, px0 - gx0:px1 - gx0]
+        assert hits.sum() == inner.sum(), "object colour found outside its box"
+        assert not (inner & ~mask).any(), "object colour outside its mask"
+        visible = inner & mask
+        assert visible.sum() >= (1 - scenes.MAX_COVERED) * mask.sum() - 1e-9
+        # Hidden mask pixels are covered by objects drawn later.
+        later = [o.rgb for o in scene.objects[i + 1:]]
+        hidden = arr[py0:py1, px0:px1][mask & ~inner]
+        if hidden.size:
+            assert later
+            assert np.any([_colour_hits(hidden, c) for c in later], axis=0).all()
+        else:  # fully visible: the box is exactly the bounding box of the image pixels
+            ys, xs = np.nonzero(visible)
+            assert (xs.min(), ys.min(), xs.max() + 1, ys.max() + 1) == (0, 0, px1 - px0, py1 - py0)
+        # The point is the centre of a visible pixel of the object.
+        px, py = obj.point
+        cx, cy = px * w - 0.5, py * h - 0.5
+        assert abs(cx - round(cx)) < 1e-6 and abs(cy - round(cy)) < 1e-6
+        assert x0 < px < x1 and y0 < py < y1
+        assert _colour_hits(arr[int(round(cy)), int(round(cx))], obj.rgb)
+    # Same-colour objects never touch.
+    for a, b in itertools.combinations(scene.objects, 2):
+        if a.colour == b.colour:
+            ax0, ay0, ax1, ay1 = _pixel_rect(a, w, h)
+            bx0, by0, bx1, by1 = _pixel_rect(b, w, h)
+            assert ax1 < bx0 or bx1 < ax0 or ay1 < by0 or by1 < ay0
+
+
+def test_ground_truth_exact(batch):
+    for scene, _ in batch:
+        _check_scene(scene)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), lo=st.integers(24, 300), extra=st.integers(0, 200),
+       n=st.integers(0, 12))
+def test_ground_truth_property(seed, lo, extra, n):
+    scene = make_scene(np.random.default_rng(seed), min_objects=n, max_objects=n, size_range=(lo, lo + extra))
+    w, h = scene.image.size
+    assert lo <= w <= lo + extra and lo <= h <= lo + extra
+    assert 1 / scenes.MAX_ASPECT <= w / h <= scenes.MAX_ASPECT
+    assert len(scene.objects) <= n
+    _check_scene(scene)
+
+
+def test_some_objects_overlap(batch):
+    partly_hidden = 0
+    for scene, _ in batch:
+        arr = np.asarray(scene.image)
+        w, h = scene.image.size
+        for obj in scene.objects:
+            x0, y0, x1, y1 = _pixel_rect(obj, w, h)
+            vis = _colour_hits(arr[y0:y1, x0:x1], obj.rgb) & obj.mask
+            partly_hidden += vis.sum() < obj.mask.sum()
+    assert partly_hidden >= 10
+
+
+# ------------------------------------------------------------------ variety
+
+def test_counts_sizes_and_aspects_vary(batch):
+    counts = Counter(len(s.objects) for s, _ in batch)
+    assert set(range(11)) <= set(counts), counts
+    assert max(counts) <= 10
+    sizes = [s.image.size for s, _ in batch]
+    ws, hs = [a for a, _ in sizes], [b for _, b in sizes]
+    assert min(ws) >= 96 and max(ws) <= 512 and min(hs) >= 96 and max(hs) <= 512
+    assert min(ws) < 160 and max(ws) > 440 and min(hs) < 160 and max(hs) > 440
+    aspects = [a / b for a, b in sizes]
+    assert min(aspects) < 0.6 and max(aspects) > 1.6
+    assert all(1 / scenes.MAX_ASPECT <= a <= scenes.MAX_ASPECT for a in aspects)
+    objs = [o for s, _ in batch for o in s.objects]
+    assert {o.shape for o in objs} == set(SHAPES) and {o.colour for o in objs} == set(COLOURS)
+    widths = [o.box[2] - o.box[0] for o in objs]
+    assert min(widths) < 0.06 and max(widths) > 0.25
+
+
+def test_object_count_bounds():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        assert len(make_scene(rng, min_objects=0, max_objects=0).objects) == 0
+        assert len(make_scene(rng, min_objects=3, max_objects=3, size_range=(256, 256)).objects) == 3
+    with pytest.raises(ValueError):
+        make_scene(rng, min_objects=4, max_objects=2)
+    with pytest.raises(ValueError):
+        make_scene(rng, size_range=(8, 8))
+
+
+# ------------------------------------------------------------------ queries
+
+def _independent_matches(text: str, objects) -> list[SceneObject]:
+    words = text.split()
+    colours = [w for w in words if w in COLOURS]
+    shapes = [w for w in words if w in SHAPES]
+    assert len(colours) + len(shapes) == len(words) and len(colours) <= 1 and len(shapes) <= 1
+    return [o for o in objects
+            if (not colours or o.colour == colours[0]) and (not shapes or o.shape == shapes[0])]
+
+
+def test_query_matches_are_correct_and_ordered(batch):
+    forms = Counter()
+    for scene, q in batch:
+        words = q.text.split()
+        assert all(wd in QUERY_WORDS for wd in words) and 1 <= len(words) <= 2
+        forms[("colour " if words[0] in COLOURS else "") + ("shape" if words[-1] in SHAPES else "")] += 1
+        expected = _independent_matches(q.text, scene.objects)
+        assert Counter(id(o) for o in q.matches) == Counter(id(o) for o in expected)
+        keys = [(min(int(o.point[1] * 8), 7), o.point[0]) for o in q.matches]
+        assert keys == sorted(keys)
+        assert q.matches == scenes.matches(q.text, scene.objects)
+    assert set(forms) == {"shape", "colour shape", "colour "}, forms
+
+
+def test_reading_order_bands():
+    def obj(x, y):
+        return SceneObject("circle", "red", (x - 0.01, y - 0.01, x + 0.01, y + 0.01), (x, y))
+    a, b, c, d = obj(0.9, 0.05), obj(0.1, 0.10), obj(0.5, 0.30), obj(0.2, 0.99)
+    # a and b share the top band, so b (further left) comes first although it sits lower.
+    assert scenes.reading_order([d, c, a, b]) == (b, a, c, d)
+
+
+def test_empty_queries(batch):
+    empties = [q for s, q in batch if not q.matches]
+    assert empties
+    with_objects = [q for s, q in batch if s.objects]
+    rate = sum(not q.matches for q in with_objects) / len(with_objects)
+    assert 0.07 < rate < 0.25, rate
+    assert all(not q.matches for s, q in batch if not s.objects)
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        scene = make_scene(rng, min_objects=1, max_objects=10, size_range=(96, 200))
+        assert make_query(rng, scene, empty_rate=0.0).matches
+        q = make_query(rng, scene, empty_rate=1.0)
+        assert not q.matches and not _independent_matches(q.text, scene.objects)
+
+
+def test_scene_batch_kwargs():
+    b = scene_batch(5, 20, min_objects=2, max_objects=4, size_range=(128, 160), empty_rate=0.0)
+    for s, q in b:
+        assert 128 <= min(s.image.size) and max(s.image.size) <= 160
+        assert 2 <= len(s.objects) <= 4 and q.matches
+
+
+def test_parse_query_rejects_unknown():
+    with pytest.raises(ValueError):
+        scenes.parse_query("circle red")
+    with pytest.raises(ValueError):
+        scenes.parse_query("giraffe")
+
+
+# ------------------------------------------------------------------ speed
+
+def test_fast_enough():
+    t = time.perf_counter()
+    scene_batch(0, 200, size_range=(224, 288))
+    dt = time.perf_counter() - t
+    assert dt < 4.0, f"200 scenes took {dt:.2f}s"   # ~0.4 s on one core when unloaded
