@@ -10,8 +10,8 @@ random images (one image prefix per request).
 Columns (ms per decode step, steady state, prefill excluded):
   blocking    the engine with pipelined=False: launch → finalize → wait → commit
   pipelined   the engine as shipped: launch t+1 → commit t → finalize t+1
-  gpu_only    the same forward (graph replay on CUDA) + the same sampling kernels, enqueued
-              back to back with no CPU bookkeeping and no host copies: the floor the engine can reach
+  gpu_only    the same forward and sampling graphs replayed back to back over the same positions,
+              with no CPU bookkeeping and no host copies: the floor the engine can reach
   bubble %    (pipelined - gpu_only) / pipelined: GPU time left idle by the CPU
   speedup     blocking / pipelined
 """
@@ -30,6 +30,7 @@ from engine.checkpoint import init_random_, parse_dtype
 from engine.config import PRESETS
 from engine.engine import Engine
 from engine.model import MoondreamModel
+from engine.skills import prompt_ids
 from engine.tokenizer import build_tokenizer
 
 
@@ -55,36 +56,36 @@ def timed_decode(engine: Engine, images: list[np.ndarray], objects: int) -> tupl
     return (time.perf_counter() - start) / steps * 1e3, steps, [h.result() for h in handles]
 
 
-def gpu_only_step(engine: Engine, batch: int, attn_len: int, iters: int) -> float:
-    """The decode forward + sampling with no CPU work between steps (CUDA events)."""
+@torch.inference_mode()
+def gpu_only_step(engine: Engine, batch: int, first_position: int, steps: int) -> float:
+    """The engine's decode forward and sampling graphs replayed back to back over the same
+    positions as a request's decode, with no CPU bookkeeping and no host copies (ms/step)."""
     runner = engine.runner
-    slot = runner.slots[0]
-    states = np.zeros(batch, dtype=np.int64)
-    active = np.zeros(batch, dtype=np.int64)  # inactive: leaves pending inputs untouched
-    positions = np.full(batch, attn_len - 1, dtype=np.int64)
+    rows = runner.batch_bucket(batch)
 
-    def one():
-        runner.launch_decode(slot, batch, positions, attn_len)
-        runner.finalize(slot, batch, states, active)
-        slot.unread = False  # no commit reads these results: that is the point of this column
+    def body(i: int):
+        return (lambda: runner._decode_forward(rows, runner.attn_bucket(first_position + i)),
+                lambda: runner._sample(runner.slots[i % 2], rows))
 
+    if runner.use_graphs:
+        with runner.streams.on_compute():
+            replays = [(runner._graph(rows, runner.attn_bucket(first_position + i)).replay,
+                        runner._captured(("sample", i % 2, rows), body(i)[1]).replay) for i in range(steps)]
+    else:
+        replays = [body(i) for i in range(steps)]
+    times = []
     for _ in range(3):
-        one()
-    runner.streams.synchronize()
-    if not runner.streams.cuda:
-        start = time.perf_counter()
-        for _ in range(iters):
-            one()
-        return (time.perf_counter() - start) / iters * 1e3
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    with runner.streams.on_compute():
-        begin.record()
-    for _ in range(iters):
-        one()
-    with runner.streams.on_compute():
-        end.record()
-    end.synchronize()
-    return begin.elapsed_time(end) / iters
+        with runner.streams.on_compute():
+            runner.positions[:rows].fill_(first_position)
+            runner.streams.synchronize()
+            start = time.perf_counter()
+            for forward, sample in replays:
+                forward()
+                sample()
+                runner.positions[:rows] += 1
+            runner.streams.synchronize()
+        times.append((time.perf_counter() - start) / steps * 1e3)
+    return min(times)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +95,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default=None, help="default: bf16 on cuda, fp32 on cpu")
     p.add_argument("--batch", default="1,32")
     p.add_argument("--objects", type=int, default=50, help="objects per request (3 decode steps each)")
-    p.add_argument("--iters", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the table as JSON here")
     args = p.parse_args(argv)
@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     for batch in batches:
         engines = {mode: Engine(model, tokenizer, max_batch=batch, pipelined=mode == "pipelined", prefix_cache_size=0)
                    for mode in ("blocking", "pipelined")}
-        prompt_len = 2 + len(cfg.tokens.detect_prefix) + len(tokenizer.encode(" object").ids)
-        last_pos = cfg.prefix_len + prompt_len + 3 * args.objects + 1
+        first_pos = cfg.prefix_len + len(prompt_ids(cfg.tokens, lambda t: tokenizer.encode(t).ids, "detect", "object"))
+        last_pos = first_pos + 3 * args.objects + 1
         for engine in engines.values():
             engine.runner.capture_all(last_pos)
         images = [(rng.random((378, 378, 3)) * 255).astype(np.uint8) for _ in range(batch)]
@@ -120,8 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         pipelined, _, out_p = timed_decode(engines["pipelined"], images, args.objects)
         if out_b != out_p:
             raise SystemExit("pipelined and blocking outputs differ: the benchmark is void")
-        mid = engines["pipelined"].runner.attn_bucket(cfg.prefix_len + prompt_len + 3 * args.objects // 2)
-        gpu_only = gpu_only_step(engines["pipelined"], engines["pipelined"].runner.batch_bucket(batch), mid, args.iters)
+        gpu_only = gpu_only_step(engines["pipelined"], batch, first_pos, 3 * args.objects)
         rows.append({"batch": batch, "blocking_ms": blocking, "pipelined_ms": pipelined, "gpu_only_ms": gpu_only,
                      "bubble_pct": 100 * (pipelined - gpu_only) / pipelined, "speedup": blocking / pipelined,
                      "pipelined_over_gpu_only": pipelined / gpu_only})

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,6 +157,10 @@ class MoondreamConfig:
                 problems.append(f"text.dim {t.dim} is not divisible by text.n_heads {t.n_heads}")
             elif t.rotary_dims % 2 or not 0 < t.rotary_dims <= t.head_dim:
                 problems.append(f"text.rotary_dims {t.rotary_dims} must be even and within the head dim {t.head_dim}")
+            if v.in_channels != 3:
+                problems.append(f"vision.in_channels must be 3 (images are RGB), got {v.in_channels}")
+            if not (math.isfinite(t.rope_theta) and t.rope_theta > 0):
+                problems.append(f"text.rope_theta must be a positive number, got {t.rope_theta}")
             if v.crop_size % v.patch_size:
                 problems.append(f"vision.crop_size {v.crop_size} is not a multiple of vision.patch_size {v.patch_size}")
             elif not 0 <= 2 * v.overlap_margin < v.grid:

@@ -133,7 +133,11 @@ class Engine:
         """Load a checkpoint directory (default: the embedded model in assets/)."""
         directory = Path(weights) if weights is not None else DEFAULT_WEIGHTS
         model = load_model(directory, dtype=dtype, device=device)
-        return cls(model, load_tokenizer(directory / "tokenizer.json"), **kwargs)
+        try:
+            tokenizer = load_tokenizer(directory / "tokenizer.json")
+        except ValueError as e:
+            raise CheckpointError(str(e)) from None
+        return cls(model, tokenizer, **kwargs)
 
     # ---- public API ---------------------------------------------------------------------
     def submit(self, image, skill: str, obj: str, *, max_objects: int = DEFAULT_MAX_OBJECTS,

@@ -137,22 +137,28 @@ class ModelRunner:
                 self._decode_forward(batch, attn_len)
 
     def _graph(self, batch: int, attn_len: int) -> torch.cuda.CUDAGraph:
-        key = (batch, attn_len)
+        return self._captured(("decode", batch, attn_len), lambda: self._decode_forward(batch, attn_len))
+
+    def _captured(self, key: tuple, body) -> torch.cuda.CUDAGraph:
+        """Capture `body` once per key on the compute stream, all graphs sharing one memory pool.
+
+        The warm-up runs are idempotent (same inputs, same writes), so capturing lazily in the
+        middle of serving is safe; `capture_all` does it up front so no request waits for it.
+        """
         if key not in self.graphs:
-            # Warm up on a side stream (allocator and kernel selection), then capture on compute.
             self.streams.compute.synchronize()
             for _ in range(2):
-                self._decode_forward(batch, attn_len)
+                body()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._graph_pool, stream=self.streams.compute):
-                self._decode_forward(batch, attn_len)
+                body()
             self._graph_pool = graph.pool()
             self.graphs[key] = graph
         return self.graphs[key]
 
     @torch.inference_mode()
     def capture_all(self, max_position: int) -> int:
-        """Capture every (batch, length) bucket up front so no request pays capture time."""
+        """Capture every (batch, length) decode bucket and every sampling bucket up front."""
         if not self.use_graphs:
             return 0
         lengths = sorted({self.attn_bucket(p) for p in range(self.cfg.prefix_len, max_position + 1, self.len_bucket)}
@@ -161,6 +167,8 @@ class ModelRunner:
             for b in reversed(self.buckets):
                 for n in lengths:
                     self._graph(b, n)
+                for slot in self.slots:
+                    self._captured(("sample", slot.index, b), lambda: self._sample(slot, b))
         self.streams.synchronize()
         return len(self.graphs)
 
@@ -172,7 +180,6 @@ class ModelRunner:
         state_ids/active: [batch] (global mask-table row per row; padding/zombie rows use 0,
         the unconstrained row, and active=0 so their pending inputs are left untouched).
         """
-        model = self.model
         slot.claim_for_results()
         slot.meta[0, :batch] = torch.from_numpy(state_ids)
         slot.meta[1, :batch] = torch.from_numpy(active)
@@ -181,18 +188,10 @@ class ModelRunner:
             slot.mask_ready.record()
         with self.streams.on_compute():
             slot.mask_ready.wait()
-            states, act = slot.meta_dev[0, :batch], slot.meta_dev[1, :batch].bool()
-            logits = self.logits[:batch].masked_fill(~self.allowed[states], float("-inf"))
-            token = logits.argmax(-1)
-            hidden = self.hidden[:batch]
-            coord = model.region.decode_coord(hidden)
-            size = model.region.decode_size(hidden)
-            self.pending_token[:batch] = torch.where(act, token, self.pending_token[:batch])
-            self.pending_coord[:batch] = torch.where(act[:, None], coord, self.pending_coord[:batch])
-            self.pending_size[:batch] = torch.where(act[:, None], size, self.pending_size[:batch])
-            slot.tokens_dev[:batch] = token
-            slot.coords_dev[:batch] = coord[:, 0]
-            slot.sizes_dev[:batch] = size
+            if self.use_graphs:
+                self._captured(("sample", slot.index, batch), lambda: self._sample(slot, batch)).replay()
+            else:
+                self._sample(slot, batch)
             slot.sampled.record()
         with self.streams.on_copy():
             slot.sampled.wait()
@@ -200,6 +199,22 @@ class ModelRunner:
             slot.coords[:batch].copy_(slot.coords_dev[:batch], non_blocking=True)
             slot.sizes[:batch].copy_(slot.sizes_dev[:batch], non_blocking=True)
             slot.copied.record()
+
+    def _sample(self, slot: DecodeSlot, batch: int) -> None:
+        """The graph body of finalize: masked greedy token, region values, pending inputs."""
+        model = self.model
+        states, act = slot.meta_dev[0, :batch], slot.meta_dev[1, :batch].bool()
+        logits = self.logits[:batch].masked_fill(~self.allowed[states], float("-inf"))
+        token = logits.argmax(-1)
+        hidden = self.hidden[:batch]
+        coord = model.region.decode_coord(hidden)
+        size = model.region.decode_size(hidden)
+        self.pending_token[:batch] = torch.where(act, token, self.pending_token[:batch])
+        self.pending_coord[:batch] = torch.where(act[:, None], coord, self.pending_coord[:batch])
+        self.pending_size[:batch] = torch.where(act[:, None], size, self.pending_size[:batch])
+        slot.tokens_dev[:batch] = token
+        slot.coords_dev[:batch] = coord[:, 0]
+        slot.sizes_dev[:batch] = size
 
     def read_results(self, slot: DecodeSlot, batch: int, rows: list[int]) -> StepResults:
         return slot.read_results(batch, rows)

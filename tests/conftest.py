@@ -1,0 +1,105 @@
+"""Shared fixtures: a stand-in tokenizer, random `tiny` checkpoints on disk, small images.
+
+Everything is generated here, deterministically (fixed seeds), once per session.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from engine.checkpoint import load_model, random_state_dict, save_checkpoint
+from engine.config import TINY
+from engine.tokenizer import build_tokenizer
+
+TINY_SEED = 0
+# lm_head bias offsets that decide "another object?" (coord id 5 vs EOS id 0) before anything else
+# can: the logits of a std-0.02 random head are ~0.2, far below these.
+FORCE_BIAS = 8.0
+
+
+@contextmanager
+def torch_threads(n: int):
+    """Run with `n` intra-op threads. The tiny models gain nothing from threads, and on a small,
+    shared machine oversubscribed OpenMP threads made these tests ~10x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The offline stand-in BPE (512 tokens, special ids as in starmie)."""
+    return build_tokenizer(vocab_size=TINY.text.vocab_size)
+
+
+@pytest.fixture(scope="session")
+def tiny_state() -> dict[str, torch.Tensor]:
+    """Checkpoint-keyed bf16 random weights for the `tiny` preset (read-only: copy before editing)."""
+    return random_state_dict(TINY, seed=TINY_SEED)
+
+
+def write_tiny_checkpoint(directory: Path, state: dict[str, torch.Tensor], tokenizer) -> Path:
+    return save_checkpoint(directory, state, TINY, tokenizer.to_str(), preset="tiny")
+
+
+def with_lm_bias(state: dict[str, torch.Tensor], **offsets: float) -> dict[str, torch.Tensor]:
+    """A copy of `state` whose lm_head bias has `offsets` ({"eos": x, "coord": y}) added."""
+    ids = {"eos": TINY.tokens.eos_id, "coord": TINY.tokens.coord_id}
+    out = dict(state)
+    bias = state["model.text.lm_head.bias"].clone()
+    for name, value in offsets.items():
+        bias[ids[name]] += value
+    out["model.text.lm_head.bias"] = bias
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory, tiny_state, tokenizer) -> Path:
+    """A complete `tiny` checkpoint directory: model.safetensors, tokenizer.json, config.json."""
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ckpt"), tiny_state, tokenizer)
+
+
+@pytest.fixture(scope="session")
+def eager_ckpt(tmp_path_factory, tiny_state, tokenizer) -> Path:
+    """`tiny` weights whose language head always prefers coord over EOS: every request hits max_objects."""
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("eager_ckpt"), with_lm_bias(tiny_state, coord=FORCE_BIAS),
+                                 tokenizer)
+
+
+@pytest.fixture(scope="session")
+def mute_ckpt(tmp_path_factory, tiny_state, tokenizer) -> Path:
+    """`tiny` weights whose language head always prefers EOS: every request finds nothing."""
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("mute_ckpt"), with_lm_bias(tiny_state, eos=FORCE_BIAS),
+                                 tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tiny_model64(tiny_ckpt):
+    """The tiny checkpoint loaded in float64, for near-exact comparisons. Do not mutate."""
+    return load_model(tiny_ckpt, dtype="fp64")
+
+
+def random_image(seed: int, height: int = 100, width: int = 150) -> np.ndarray:
+    return (np.random.default_rng(seed).random((height, width, 3)) * 255).astype(np.uint8)
+
+
+@pytest.fixture(scope="session")
+def small_image() -> np.ndarray:
+    """A 100×150 random RGB uint8 image (one global crop + a 1×1 tiling in the tiny geometry)."""
+    return random_image(0)
+
+
+@pytest.fixture(scope="session")
+def small_image_png(tmp_path_factory, small_image) -> Path:
+    path = tmp_path_factory.mktemp("images") / "small.png"
+    Image.fromarray(small_image).save(path)
+    return path
