@@ -1,15 +1,20 @@
 """`python -m app`: the point/detect web UI on one shared, batching engine.
 
-    python -m app [--port 7860] [--host 127.0.0.1] [--weights DIR] [--device cpu] [--dtype fp32]
+    python -m app [--port 7860] [--host 127.0.0.1] [--auth USER:PASSWORD] [--weights DIR] [--device cpu]
+                  [--dtype fp32] [--max-upload-mb 25] [--timeout 300]
 
 By default it serves the embedded model (assets/model) on 127.0.0.1 only; `--host 0.0.0.0`
-exposes it to the network. `--weights DIR` loads another checkpoint directory, for example
-an official Moondream 2 one.
+exposes it to the network (a warning is printed; add `--auth` to require a password).
+`--weights DIR` loads another checkpoint directory, for example an official Moondream 2 one.
+Uploads larger than `--max-upload-mb` are refused by Gradio; a request not done within
+`--timeout` seconds is stopped with a clear error. Gradio serves no files beyond its own
+upload/cache folders (no `allowed_paths`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from app.common import DTYPES
@@ -20,6 +25,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m app", description="Moondream point/detect web UI (Gradio).")
     p.add_argument("--port", type=int, default=7860, help="port to listen on (default 7860)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--auth", default=None, metavar="USER:PASSWORD",
+                   help="require this user name and password (Gradio login); also read from $APP_AUTH")
     p.add_argument("--weights", default=None, metavar="DIR", help="checkpoint directory (default: the embedded model)")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
     p.add_argument("--dtype", default="fp32", choices=DTYPES, help="weights/compute dtype (default fp32)")
@@ -31,7 +38,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "grows with it "
                         "(default 100)")
     p.add_argument("--samples", default=None, metavar="DIR", help="folder of sample images (default assets/samples)")
+    p.add_argument("--max-upload-mb", type=float, default=25.0, metavar="MB",
+                   help="largest upload accepted, in MiB (default 25); larger ones are refused")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="deadline of one request (default 300 s); a slower one is stopped with an error")
     args = p.parse_args(argv)
+    if args.auth is None and os.environ.get("APP_AUTH"):
+        args.auth = os.environ["APP_AUTH"]
+    if args.auth is not None:
+        user, sep, password = args.auth.partition(":")
+        if not sep or not user or not password:
+            p.error("--auth must look like USER:PASSWORD (both non-empty)")
+        args.auth = (user, password)
+    if not (0 < args.max_upload_mb <= 1024):
+        p.error(f"--max-upload-mb must be more than 0 and at most 1024, got {args.max_upload_mb:g}")
+    if not (0 < args.timeout <= 24 * 3600):
+        p.error(f"--timeout must be more than 0 and at most 86400 seconds, got {args.timeout:g}")
     if not 0 < args.port < 65536:
         p.error(f"--port must be between 1 and 65535, got {args.port}")
     if not 1 <= args.max_objects_limit <= MAX_OBJECTS_LIMIT:
@@ -52,14 +74,18 @@ def main(argv: list[str] | None = None) -> int:
     except (CheckpointError, OSError) as e:
         print(f"error: cannot load the model: {e}", file=sys.stderr)
         return 2
-    from app.ui import DEFAULT_SAMPLES, CSS, build_demo
+    from app.ui import DEFAULT_SAMPLES, LOCAL_HOSTS, build_demo, launch
 
+    if args.host not in LOCAL_HOSTS:
+        print(f"warning: --host {args.host} makes the UI reachable from other machines"
+              + ("" if args.auth else "; anyone who can connect can use it (add --auth USER:PASSWORD)"),
+              file=sys.stderr, flush=True)
     engine.start()
     try:
         demo = build_demo(engine, samples=args.samples or DEFAULT_SAMPLES, concurrency=args.concurrency,
-                          max_objects_limit=args.max_objects_limit)
-        demo.launch(server_name=args.host, server_port=args.port, css=CSS, show_error=True,
-                    max_threads=max(40, args.concurrency + 8))
+                          max_objects_limit=args.max_objects_limit, timeout=args.timeout)
+        launch(demo, host=args.host, port=args.port, auth=args.auth,
+               max_file_size=int(args.max_upload_mb * 1024 * 1024), max_threads=max(40, args.concurrency + 8))
     except KeyboardInterrupt:
         pass
     finally:

@@ -3,6 +3,7 @@
     python -m app.batch DIR --task detect|point --object TEXT [--out OUT] [--max-objects N]
                         [--recursive] [--draw] [--weights DIR] [--device cpu] [--dtype fp32]
                         [--window 64] [--limit N] [--retry-errors] [--quiet]
+                        [--ray [--address ADDR] [--replicas N] [--gpus-per-replica G]]
 
 Images (.jpg .jpeg .png .bmp .gif .webp .tif .tiff, any case; names starting with "." are
 ignored) are fed to one engine through a bounded window of requests in flight (`--window`,
@@ -33,6 +34,10 @@ Exit status: 0 when no image of DIR failed, 1 when any did (in this run or an ea
 recorded in OUT), 2 for usage errors (bad arguments, no images, unusable OUT or weights),
 130 after Ctrl-C. With ``--draw``, a re-run also draws recorded images whose annotated copy
 is missing (from the recorded result, without inference).
+
+``--ray`` runs the same job as a Ray Data pipeline (app/batch_ray.py: CPU workers decode, N
+engine replicas infer) with the same outputs, resume rules and exit statuses; it needs the
+optional extra (``pip install -e .[ray]``). Without ``--ray`` nothing imports Ray.
 """
 
 from __future__ import annotations
@@ -79,16 +84,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="fp32", choices=DTYPES)
     p.add_argument("--max-batch", type=int, default=16, metavar="N", help="most requests decoded together (default 16)")
-    p.add_argument("--window", type=int, default=64, metavar="N", help="most images in flight (default 64)")
+    p.add_argument("--window", type=int, default=64, metavar="N",
+                   help="most images in flight (default 64; with --ray: images per replica call)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="stop after N new images")
     p.add_argument("--retry-errors", action="store_true", help="redo images recorded with an error")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    r = p.add_argument_group("scale-out with Ray (pip install -e .[ray])")
+    r.add_argument("--ray", action="store_true", help="run as a Ray Data pipeline (CPU decode, N engine replicas)")
+    r.add_argument("--address", default=None, metavar="ADDR",
+                   help="Ray cluster to join: 'auto', 'ray://host:10001', 'host:6379' (default: start a local one)")
+    r.add_argument("--replicas", type=int, default=1, metavar="N", help="engine replicas (default 1)")
+    r.add_argument("--gpus-per-replica", type=float, default=None, metavar="G",
+                   help="GPUs reserved per replica (default: 1 with --device cuda, else 0)")
     args = p.parse_args(argv)
-    for name in ("max_batch", "window"):
+    for name in ("max_batch", "window", "replicas"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.limit is not None and args.limit < 0:
         p.error("--limit must be 0 or more")
+    if args.gpus_per_replica is not None and args.gpus_per_replica < 0:
+        p.error("--gpus-per-replica must be 0 or more")
+    if not args.ray and (args.address is not None or args.replicas != 1 or args.gpus_per_replica is not None):
+        p.error("--address, --replicas and --gpus-per-replica need --ray")
     return args
 
 
@@ -113,8 +130,8 @@ def find_images(root: Path, *, recursive: bool, exclude: Path | None = None) -> 
         for name in filenames:
             if name.startswith(".") or Path(name).suffix.lower() not in IMAGE_SUFFIXES:
                 continue
-            if (here / name).is_file():
-                found.append((here / name).relative_to(root).as_posix())
+            # not only regular files: a FIFO or a broken / looping symlink gets an error record (folders are walked)
+            found.append((here / name).relative_to(root).as_posix())
     return sorted(found)
 
 
@@ -124,6 +141,8 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.repaired = 0  # bytes cut off a torn tail
+        if path.is_symlink():
+            raise UsageError(f"{path} is a symbolic link; refusing to write through it (remove it)")
         self._f = open(path, "a+b")
         try:
             import fcntl
@@ -198,6 +217,8 @@ def _parse(line: bytes) -> dict | None:
 
 def save_image_atomic(image, target: Path, root: Path) -> None:
     """Save under `root` only (refuses a target that resolves elsewhere), via a temp file + rename."""
+    if root.is_symlink() or not target.parent.resolve().is_relative_to(root.resolve()):  # before mkdir creates
+        raise OSError(f"refusing to write {target} outside {root}")                    # anything elsewhere
     target.parent.mkdir(parents=True, exist_ok=True)
     if not target.parent.resolve().is_relative_to(root.resolve()):
         raise OSError(f"refusing to write {target} outside {root}")
@@ -225,19 +246,41 @@ class Job:
     stop: threading.Event = field(default_factory=threading.Event)
 
 
+def new_record(job: Job, rel: str) -> dict:
+    """The fields every record starts with (width/height filled in once the image is read)."""
+    return {"path": rel, "width": None, "height": None, "task": job.task, "object": job.obj,
+            "max_objects": job.max_objects}
+
+
+def request_error(e: Exception) -> str:
+    """The recorded error of a request that the engine failed."""
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"
+
+
+def draw_into(job: Job, rel: str, picture, record: dict) -> None:
+    """Write OUT/annotated/<rel> for a record with a result; a write failure goes into the record."""
+    from app.draw import draw_result
+
+    picture_drawn = draw_result(picture, record["result"], job.obj)
+    try:
+        save_image_atomic(picture_drawn, job.annotated / rel, job.annotated)
+    except OSError as e:
+        record["draw_error"] = str(e)
+
+
 def process(engine, job: Job, rel: str) -> dict | None:
     """One image: load, submit, wait, draw. Returns its record (None when stopped before submitting)."""
-    from app.draw import draw_result
     from engine.engine import EngineBusy
     from engine.image import ImageError, load_image
 
-    base = {"path": rel, "width": None, "height": None, "task": job.task, "object": job.obj,
-            "max_objects": job.max_objects}
+    base = new_record(job, rel)
     start = time.perf_counter()
     try:
         picture = load_image(job.root / rel)
     except ImageError as e:
         return {**base, "error": str(e)}
+    except Exception as e:  # MemoryError, a decoder bug: this image only
+        return {**base, "error": request_error(e)}
     base.update(width=picture.width, height=picture.height)
     while True:
         if job.stop.is_set():
@@ -249,17 +292,15 @@ def process(engine, job: Job, rel: str) -> dict | None:
             time.sleep(0.05)
         except ImageError as e:
             return {**base, "error": str(e)}
+        except Exception as e:  # a request the engine refuses (RequestError) or cannot take: this image only
+            return {**base, "error": request_error(e)}
     try:
         result = handle.result()
     except Exception as e:  # engine or request failure for this image only
-        return {**base, "error": f"{type(e).__name__}: {' '.join(str(e).split())}"}
+        return {**base, "error": request_error(e)}
     record = {**base, "result": result, "ms": round((time.perf_counter() - start) * 1000.0, 1)}
     if job.annotated is not None:
-        picture_drawn = draw_result(picture, result, job.obj)
-        try:
-            save_image_atomic(picture_drawn, job.annotated / rel, job.annotated)
-        except OSError as e:
-            record["draw_error"] = str(e)
+        draw_into(job, rel, picture, record)
     return record
 
 
@@ -295,14 +336,33 @@ def _count(rec: dict) -> int:
     return len(result.get("objects", result.get("points", [])))
 
 
+def check_prompt_length(weights: str | None, task: str, obj: str) -> None:
+    """RequestError when `obj` encodes to more tokens than a prompt may hold (checked once, up front).
+    An unreadable checkpoint is left for the model loader to report."""
+    from engine.config import TokenConfig
+    from engine.engine import DEFAULT_WEIGHTS
+    from engine.skills import prompt_ids
+    from engine.tokenizer import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(Path(weights if weights is not None else DEFAULT_WEIGHTS) / "tokenizer.json")
+    except Exception:  # noqa: BLE001 - reported by open_engine with the right message
+        return
+    prompt_ids(TokenConfig(), lambda s: tokenizer.encode(s).ids, task, obj)
+
+
 def run(args: argparse.Namespace) -> int:
     from engine.skills import validate_request
 
+    if args.ray:
+        from app.batch_ray import require_ray
+        require_ray()  # UsageError naming the extra when Ray is not installed
     root = Path(args.dir)
     if not root.is_dir():
         raise UsageError(f"{args.dir!r} is not a folder")
     try:
         obj, max_objects = validate_request(args.task, args.object, args.max_objects)
+        check_prompt_length(args.weights, args.task, obj)
     except ValueError as e:
         raise UsageError(str(e)) from None
     out = Path(args.out) if args.out is not None else default_out(root)
@@ -326,18 +386,17 @@ def run(args: argparse.Namespace) -> int:
             if (rec.get("task"), rec.get("object")) != (args.task, obj):
                 raise UsageError(f"{journal.path} holds results for {rec.get('task')} {rec.get('object')!r}, not "
                                  f"{args.task} {obj!r}; choose another --out")
+        if args.ray:
+            from app.batch_ray import run_ray
+            return run_ray(args, root, out, journal, records, images, obj, max_objects)
         return _run(args, root, out, journal, records, images, obj, max_objects)
     finally:
         journal.close()
 
 
-def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict], images: list[str], obj: str,
-         max_objects: int) -> int:
-    from tqdm import tqdm
-
-    from app.common import open_engine
-    from engine.checkpoint import CheckpointError
-
+def plan(args, root: Path, out: Path, records: dict[str, dict], images: list[str], obj: str,
+         max_objects: int) -> tuple[list[str], int, Job, list[dict]]:
+    """What this run does: (images to infer, images skipped as recorded, the job, records to redraw)."""
     def done(rel: str) -> bool:
         rec = records.get(rel)
         return rec is not None and not ("error" in rec and args.retry_errors)
@@ -351,6 +410,29 @@ def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict]
     pending = set(todo)
     redraws = [records[rel] for rel in images if annotated is not None and rel in records
                and "result" in records[rel] and rel not in pending and not (annotated / rel).exists()]
+    return todo, skipped, job, redraws
+
+
+def commit(journal: Journal, records: dict[str, dict], rec: dict, bar) -> bool:
+    """Append a finished image's record (and show a failure); returns True when it failed."""
+    journal.append(rec)
+    records[rec["path"]] = rec
+    failed = "error" in rec
+    if failed:
+        bar.write(_show(f"failed: {rec['path']}: {rec['error']}"), file=sys.stderr)
+    bar.update(1)
+    return failed
+
+
+def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict], images: list[str], obj: str,
+         max_objects: int) -> int:
+    from tqdm import tqdm
+
+    from app.common import open_engine
+    from engine.checkpoint import CheckpointError
+
+    todo, skipped, job, redraws = plan(args, root, out, records, images, obj, max_objects)
+    annotated = job.annotated
 
     engine = None
     if todo:
@@ -390,14 +472,10 @@ def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict]
                 rec = fut.result()
                 if rec is None:
                     continue
-                journal.append(rec)
-                records[rec["path"]] = rec
-                if "error" in rec:
+                if commit(journal, records, rec, bar):
                     new_failed += 1
-                    bar.write(_show(f"failed: {rec['path']}: {rec['error']}"), file=sys.stderr)
                 else:
                     new_ok += 1
-                bar.update(1)
         wait(side)
     finally:
         _install_sigint(previous)
@@ -405,9 +483,14 @@ def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict]
         pool.shutdown(wait=False, cancel_futures=True)
         if engine is not None:
             engine.close()
-    interrupted = job.stop.is_set()
-    elapsed = time.perf_counter() - started
+    return report(args, root, out, journal, records, images, obj, annotated, skipped=skipped, new_ok=new_ok,
+                  new_failed=new_failed, elapsed=time.perf_counter() - started, interrupted=job.stop.is_set())
 
+
+def report(args, root: Path, out: Path, journal: Journal, records: dict[str, dict], images: list[str], obj: str,
+           annotated: Path | None, *, skipped: int, new_ok: int, new_failed: int, elapsed: float,
+           interrupted: bool) -> int:
+    """Write coco.json, print the summary; returns the exit status."""
     from app.coco import to_coco, write_coco
 
     current = [records[rel] for rel in images if rel in records]
@@ -442,4 +525,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from app import batch  # the importable module: app.batch_ray raises its UsageError, not __main__'s
+    sys.exit(batch.main())

@@ -12,12 +12,18 @@ API (for ``gradio_client``), both ``(image filepath, object text, max_objects) -
 
 The JSON dict is the engine's result (``objects`` with normalised boxes, or ``points``)
 plus ``task``, ``object``, ``width``, ``height`` (pixels) and ``ms``. Bad input (no image,
-an unreadable file, an empty object, max_objects out of range) raises ``gr.Error`` with a
-one-line message; the client sees it as ``AppError``.
+an unreadable file, an empty object, max_objects out of range), a full engine queue ("busy")
+and a missed deadline raise ``gr.Error`` with a one-line message (never a traceback); the
+client sees it as ``AppError``.
+
+Serve it with :func:`launch`, which applies the safe defaults: uploads over
+``MAX_UPLOAD_BYTES`` refused by Gradio (HTTP 413), no extra ``allowed_paths`` (Gradio serves
+only its own upload/cache folders), optional password (``auth``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -31,12 +37,22 @@ from app.common import IMAGE_SUFFIXES  # noqa: E402
 from app.draw import draw_result  # noqa: E402
 from engine.engine import Engine, EngineBusy  # noqa: E402
 from engine.image import ImageError, load_image  # noqa: E402
-from engine.skills import DEFAULT_MAX_OBJECTS, MAX_OBJECTS_LIMIT, RequestError  # noqa: E402
+from engine.scheduler import DeadlineExceeded  # noqa: E402
+from engine.skills import DEFAULT_MAX_OBJECTS, MAX_OBJECTS_LIMIT, RequestError, validate_request  # noqa: E402
 
-__all__ = ["build_demo", "sample_images", "friendly_upload_errors", "DEFAULT_SAMPLES", "IMAGE_SUFFIXES"]
+__all__ = ["build_demo", "launch", "sample_images", "friendly_upload_errors", "DEFAULT_SAMPLES", "IMAGE_SUFFIXES",
+           "MAX_UPLOAD_BYTES", "REQUEST_TIMEOUT_S", "QUEUE_SIZE"]
 
 DEFAULT_SAMPLES = Path(__file__).resolve().parent.parent / "assets" / "samples"
+#: Per-request deadline (seconds): the engine stops a request that is not done by then.
 REQUEST_TIMEOUT_S = 300.0
+#: Largest upload Gradio accepts (bytes); larger ones are refused before any handler runs.
+MAX_UPLOAD_BYTES = 25 * 1024 * 1024
+#: Most events Gradio keeps waiting for a free worker; beyond that a client is told the queue is full.
+QUEUE_SIZE = 256
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+log = logging.getLogger(__name__)
 
 CSS = """
 #status textarea { font-family: ui-monospace, monospace; }
@@ -59,11 +75,53 @@ def friendly_upload_errors(component: gr.Image) -> gr.Image:
             raise
         except Exception as e:
             name = getattr(payload, "orig_name", None) or "the upload"
-            raise gr.Error(f"Cannot read {name!r} as an image ({type(e).__name__}); upload a JPEG, PNG, WebP, "
+            reason = type(e).__name__
+            path = getattr(payload, "path", None)
+            if path:  # our loader names the problem precisely (too large, truncated, not an image, ...)
+                try:
+                    load_image(path)
+                except ImageError as err:
+                    reason = _reason(err, path)
+                except Exception:  # noqa: BLE001 - keep the generic reason
+                    pass
+            raise gr.Error(f"Cannot read {name!r} as an image ({reason}); upload a JPEG, PNG, WebP, "
                            f"BMP, GIF or TIFF file.", print_exception=False) from None
 
     component.preprocess = preprocess
     return component
+
+
+def friendly_number_errors(component: gr.Number, limit: int) -> gr.Number:
+    """Gradio's own bounds messages stay; a value that is not a finite number gets a clear gr.Error
+    (gr.Number would otherwise fail with a TypeError/ValueError/OverflowError of its own)."""
+    original = component.preprocess
+
+    def preprocess(payload):
+        if isinstance(payload, float) and payload == payload and payload not in (float("inf"), float("-inf")) \
+                and not payload.is_integer():  # gr.Number(precision=0) would round it silently
+            raise _user_error(f"Max objects must be a whole number between 1 and {limit}, got {payload!r}.")
+        try:
+            return original(payload)
+        except gr.Error:
+            raise
+        except Exception:
+            raise _user_error(f"Max objects must be a whole number between 1 and {limit}, got {payload!r:.40}."
+                              ) from None
+
+    component.preprocess = preprocess
+    return component
+
+
+def _sentence(error: Exception) -> str:
+    text = " ".join(str(error).split())
+    return text[:1].upper() + text[1:]
+
+
+def _reason(error: ImageError, path: str) -> str:
+    """The loader's reason without the server-side path (uploads live in Gradio's temp folder)."""
+    text = " ".join(str(error).split())
+    prefix = f"cannot read image {str(path)!r}: "
+    return text[len(prefix):] if text.startswith(prefix) else text.replace(str(path), Path(path).name)
 
 
 def sample_images(folder: str | Path | None) -> list[str]:
@@ -95,36 +153,56 @@ def _max_objects(value, limit: int) -> int:
 
 def make_handler(engine: Engine, task: str, *, max_objects_limit: int = MAX_OBJECTS_LIMIT,
                  timeout: float = REQUEST_TIMEOUT_S):
-    """The event function for one task: (image path, object, max_objects) -> (image, dict, status)."""
+    """The event function for one task: (image path, object, max_objects) -> (image, dict, status).
+
+    `timeout` is the request's deadline inside the engine (DeadlineExceeded -> a clear gr.Error).
+    Every failure becomes a one-line gr.Error; an unexpected one is also logged with its traceback.
+    """
 
     def handler(image_path, obj, max_objects):
+        try:
+            return serve(image_path, obj, max_objects)
+        except gr.Error:
+            raise
+        except Exception as e:  # a bug or resource failure: one line for the user, the traceback in the log
+            log.exception("%s request failed", task)
+            raise _user_error(f"The request failed ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
+                              "try again.") from None
+
+    def serve(image_path, obj, max_objects):
         if not image_path:
             raise _user_error("Upload an image (or pick a sample) first.")
         if not isinstance(obj, str) or not obj.strip():
             raise _user_error("Type the object to look for, e.g. 'red circle'.")
         limit = _max_objects(max_objects, max_objects_limit)
         try:
+            text, limit = validate_request(task, obj, limit)  # the cleaned text is what is searched and shown
+        except RequestError as e:
+            raise _user_error(_sentence(e)) from None
+        try:
             picture = load_image(image_path)
         except ImageError as e:
-            raise _user_error(f"Cannot use this image: {e}") from None
+            raise _user_error(f"Cannot use this image: {_reason(e, image_path)}") from None
         start = time.perf_counter()
         try:
-            handle = engine.submit(picture, task, obj, max_objects=limit)
-        except (RequestError, EngineBusy) as e:
-            raise _user_error(str(e)) from None
-        try:
-            result = handle.result(timeout=timeout)
-        except FutureTimeout:
-            handle.cancel()
-            raise _user_error(f"The request took longer than {timeout:.0f} s and was cancelled; try again.") from None
+            handle = engine.submit(picture, task, text, max_objects=limit, timeout=timeout)
         except RequestError as e:
-            raise _user_error(str(e)) from None
+            raise _user_error(_sentence(e)) from None
+        except EngineBusy:
+            raise _user_error("The server is busy (its request queue is full); try again in a few seconds.") from None
+        too_slow = f"The request took longer than {timeout:g} s and was stopped; try again."
+        try:
+            result = handle.result(timeout=timeout + 30.0)  # backstop: the engine enforces the deadline itself
+        except (FutureTimeout, DeadlineExceeded):
+            handle.cancel()
+            raise _user_error(too_slow) from None
+        except RequestError as e:
+            raise _user_error(_sentence(e)) from None
         except Exception as e:  # engine failure: one line, no traceback in the UI
             raise _user_error(f"The engine failed on this request: {' '.join(str(e).split())}") from None
         ms = (time.perf_counter() - start) * 1000.0
         key = "objects" if task == "detect" else "points"
         found = result.get(key, [])
-        text = " ".join(obj.split())
         annotated = draw_result(picture, result, text)
         noun = ("object" if task == "detect" else "point") + ("" if len(found) == 1 else "s")
         status = f"{task} {text!r}: {len(found)} {noun} in {ms:.0f} ms ({picture.width}\u00d7{picture.height} px)"
@@ -137,12 +215,17 @@ def make_handler(engine: Engine, task: str, *, max_objects_limit: int = MAX_OBJE
 
 
 def build_demo(engine: Engine, *, samples: str | Path | None = DEFAULT_SAMPLES, concurrency: int = 32,
-               max_objects_limit: int = MAX_OBJECTS_LIMIT, title: str = "Moondream point & detect") -> gr.Blocks:
+               max_objects_limit: int = MAX_OBJECTS_LIMIT, title: str = "Moondream point & detect",
+               timeout: float = REQUEST_TIMEOUT_S, queue_size: int | None = QUEUE_SIZE) -> gr.Blocks:
     """The Blocks app around a started engine (the caller owns and closes the engine).
 
     `max_objects_limit` caps the "Max objects" input; size the engine for it
-    (app.common.open_engine(..., max_objects=max_objects_limit)).
+    (app.common.open_engine(..., max_objects=max_objects_limit)). `timeout` is each request's
+    deadline in seconds; `queue_size` the most events Gradio keeps waiting (None: unbounded).
+    Serve the result with :func:`launch`.
     """
+    if not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     limit = max(1, min(int(max_objects_limit), MAX_OBJECTS_LIMIT))
     with gr.Blocks(title=title) as demo:
         gr.Markdown(f"## {title}\nUpload an image or pick a sample, type what to look for, then **Detect** "
@@ -153,8 +236,9 @@ def build_demo(engine: Engine, *, samples: str | Path | None = DEFAULT_SAMPLES, 
                     label="Image", type="filepath", image_mode=None, sources=["upload", "clipboard"], height=420,
                     elem_id="input-image"))
                 obj = gr.Textbox(label="Object", placeholder="e.g. red circle", max_lines=1, elem_id="object")
-                max_objects = gr.Number(label="Max objects", value=min(DEFAULT_MAX_OBJECTS, limit), precision=0,
-                                        minimum=1, maximum=limit, elem_id="max-objects")
+                max_objects = friendly_number_errors(gr.Number(
+                    label="Max objects", value=min(DEFAULT_MAX_OBJECTS, limit), precision=0, minimum=1, maximum=limit,
+                    elem_id="max-objects"), limit)
                 with gr.Row():
                     detect_btn = gr.Button("Detect", variant="primary", elem_id="detect-btn")
                     point_btn = gr.Button("Point", variant="secondary", elem_id="point-btn")
@@ -173,8 +257,24 @@ def build_demo(engine: Engine, *, samples: str | Path | None = DEFAULT_SAMPLES, 
         # runs Detect through a private (non-API) event.
         run = dict(inputs=inputs, outputs=outputs, concurrency_limit=concurrency, concurrency_id="engine")
         for btn, task in ((detect_btn, "detect"), (point_btn, "point")):
-            btn.click(make_handler(engine, task, max_objects_limit=limit), api_name=task, **run)
-        obj.submit(make_handler(engine, "detect", max_objects_limit=limit), api_name="detect_enter",
+            btn.click(make_handler(engine, task, max_objects_limit=limit, timeout=timeout), api_name=task, **run)
+        obj.submit(make_handler(engine, "detect", max_objects_limit=limit, timeout=timeout), api_name="detect_enter",
                    api_visibility="private", **run)
-    demo.queue(default_concurrency_limit=concurrency)
+    demo.queue(default_concurrency_limit=concurrency, max_size=queue_size)
     return demo
+
+
+def launch(demo: gr.Blocks, *, host: str = "127.0.0.1", port: int | None = None,
+           auth: tuple[str, str] | None = None, max_file_size: int | str | None = MAX_UPLOAD_BYTES, **kwargs):
+    """`demo.launch` with the safe defaults: this machine only unless `host` says otherwise, uploads
+    capped at `max_file_size` bytes (Gradio answers 413), optional (user, password) `auth`, and no
+    `allowed_paths`, so Gradio serves files from its own upload/cache folders only.
+    Other keyword arguments go to `demo.launch` (prevent_thread_lock, quiet, max_threads, ...)."""
+    for key in ("allowed_paths", "share"):
+        if kwargs.get(key):
+            raise ValueError(f"{key} is not allowed: it would expose files or the UI beyond this server")
+        kwargs.pop(key, None)
+    kwargs.setdefault("css", CSS)
+    kwargs.setdefault("show_error", True)  # gr.Error messages (one line each); never a traceback
+    return demo.launch(server_name=host, server_port=port, auth=auth, max_file_size=max_file_size,
+                       allowed_paths=[], share=False, **kwargs)

@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ImageError, RequestError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # anything else is our fault, but still one line, not a traceback
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     print(json.dumps(result))
     return 0
 

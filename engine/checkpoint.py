@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,8 @@ WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "config.json"
 KEY_PREFIX = "model."
-MAX_HEADER_BYTES = 64 * 1024 * 1024
+MAX_HEADER_BYTES = 16 * 1024 * 1024  # the real Moondream 2 header is ~60 KB
+MAX_HEADER_ENTRIES = 100_000
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
 _SAFETENSORS_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
                       "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
@@ -95,6 +97,8 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
             raise ValueError("not an object")
     except (ValueError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}: header is not valid JSON ({e})") from None
+    if len(header) > MAX_HEADER_ENTRIES:
+        raise CheckpointError(f"{path}: header lists {len(header)} tensors; at most {MAX_HEADER_ENTRIES} are accepted")
     data_size = size - 8 - n
     infos, problems = {}, []
     for key, entry in header.items():
@@ -130,11 +134,13 @@ def check_tensors(found: dict[str, TensorInfo], config: MoondreamConfig) -> None
         problems.append(f"{len(missing)} missing keys: " + ", ".join(missing[:10]) + (" …" if len(missing) > 10 else ""))
     if unexpected:
         problems.append(f"{len(unexpected)} unexpected keys: " + ", ".join(unexpected[:10]) + (" …" if len(unexpected) > 10 else ""))
+    mismatched = []
     for key in sorted(set(expected) & set(found)):
         if found[key].shape != expected[key]:
-            problems.append(f"{key}: shape {list(found[key].shape)}, expected {list(expected[key])}")
+            mismatched.append(f"{key}: shape {list(found[key].shape)}, expected {list(expected[key])}")
         elif found[key].dtype not in _FLOAT_DTYPES:
-            problems.append(f"{key}: dtype {found[key].dtype}, expected a floating-point type")
+            mismatched.append(f"{key}: dtype {found[key].dtype}, expected a floating-point type")
+    problems += mismatched[:10] + ([f"and {len(mismatched) - 10} more mismatched tensors"] if len(mismatched) > 10 else [])
     if problems:
         raise CheckpointError("checkpoint does not match the model: " + "; ".join(problems))
 
@@ -149,8 +155,14 @@ def load_model(directory: str | Path, *, dtype: str | torch.dtype = "fp32", devi
     if not weights.is_file():
         raise CheckpointError(f"{directory}: no {WEIGHTS_FILE}")
     config = config or load_config(directory)
-    check_tensors(read_header(weights), config)
+    found = read_header(weights)
+    check_tensors(found, config)
     torch_dtype = parse_dtype(dtype)
+    needed = sum(math.prod(t.shape) for t in found.values()) * torch_dtype.itemsize
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > memory:
+        raise CheckpointError(f"{weights}: the model is too large: {needed / 2**30:.1f} GiB as {torch_dtype}, "
+                              f"more than this machine's {memory / 2**30:.1f} GiB of memory")
     state, nonfinite = {}, []
     try:
         with safe_open(str(weights), framework="pt", device="cpu") as f:

@@ -148,7 +148,12 @@ class MoondreamConfig:
         limits = {"vision.dim": (v.dim, 65536), "text.dim": (t.dim, 65536), "text.vocab_size": (t.vocab_size, 1 << 20),
                   "text.max_context": (t.max_context, 1 << 16), "vision.n_layers": (v.n_layers, 256),
                   "text.n_layers": (t.n_layers, 256), "vision.crop_size": (v.crop_size, 4096),
-                  "vision.max_crops": (v.max_crops, 64)}
+                  "vision.max_crops": (v.max_crops, 64), "vision.ff_dim": (v.ff_dim, 1 << 18),
+                  "text.ff_dim": (t.ff_dim, 1 << 18), "vision.proj_inner_dim": (v.proj_inner_dim, 1 << 18),
+                  "region.inner_dim": (r.inner_dim, 1 << 18), "vision.n_heads": (v.n_heads, 4096),
+                  "text.n_heads": (t.n_heads, 4096), "region.coord_bins": (r.coord_bins, 1 << 16),
+                  "region.size_bins": (r.size_bins, 1 << 16), "region.coord_feat_dim": (r.coord_feat_dim, 1 << 16),
+                  "region.size_feat_dim": (r.size_feat_dim, 1 << 16)}
         problems += [f"{k} = {val} exceeds the limit {hi}" for k, (val, hi) in limits.items() if val > hi]
         if not problems:
             if v.dim % v.n_heads:

@@ -101,7 +101,7 @@ class PrefixCache:
 class Engine:
     def __init__(self, model: MoondreamModel, tokenizer, *, max_batch: int = 16, max_len: int | None = None,
                  pipelined: bool = True, prefix_cache_size: int = 8, use_graphs: bool | None = None,
-                 max_queue: int = 1024, max_prefill: int = 8, mask_capacity: int = 4096) -> None:
+                 max_queue: int = 1024, max_prefill: int = 8, mask_capacity: int = 256) -> None:
         cfg: MoondreamConfig = model.config
         self.model, self.tokenizer, self.config = model, tokenizer, cfg
         if tokenizer.get_vocab_size() > cfg.text.vocab_size:
@@ -142,7 +142,11 @@ class Engine:
     # ---- public API ---------------------------------------------------------------------
     def submit(self, image, skill: str, obj: str, *, max_objects: int = DEFAULT_MAX_OBJECTS,
                on_object: Callable[[dict], None] | None = None, timeout: float | None = None) -> RequestHandle:
-        """Queue a request. Image decoding and cropping run here, in the caller's thread."""
+        """Queue a request. Image decoding and cropping run here, in the caller's thread.
+
+        `on_object` is called on the engine thread as each object is committed: it must return
+        at once (e.g. put the object on a queue), since the whole batch waits for it.
+        """
         text, max_objects = validate_request(skill, obj, max_objects)
         queued = self._inbox.qsize() + len(self.scheduler.waiting)
         if queued >= self.max_queue:
@@ -150,6 +154,11 @@ class Engine:
         picture = load_image(image)
         crops = overlap_crop_image(picture, self.config.vision)
         prompt = prompt_ids(self.config.tokens, lambda s: self.tokenizer.encode(s).ids, skill, text)
+        # The whole answer's KV is reserved at admission; refuse now what can never fit a row.
+        need = self.config.prefix_len + len(prompt) + tokens_per_object(skill) * max_objects + 2
+        if need > self.runner.scratch_pos:
+            raise RequestError(f"request needs {need} KV positions; this engine holds {self.runner.scratch_pos} "
+                               f"per row (lower max_objects or raise max_len)")
         key = hashlib.sha256(np.asarray(picture).tobytes() + repr(picture.size).encode()).hexdigest()
         seq = Sequence(next(self._ids), skill, prompt, max_objects, crops, key, on_object=on_object,
                        deadline=None if timeout is None else time.monotonic() + timeout)
@@ -287,15 +296,9 @@ class Engine:
             sched.waiting.popleft()
             start = cfg.prefix_len + len(seq.prompt)
             end = start + tokens_per_object(seq.skill) * seq.max_objects + 1
-            if end + 1 > self.runner.scratch_pos:
-                seq.finalized = True
-                seq.future.set_exception(RequestError(
-                    f"request needs {end + 1} KV positions; this engine holds {self.runner.scratch_pos} per row "
-                    f"(lower max_objects or raise max_len)"))
-                continue
             spec = detect_grammar(max_objects=seq.max_objects) if seq.skill == "detect" else point_grammar(max_objects=seq.max_objects)
             seq.automaton = self.compiler.compile(spec, self.alphabet)
-            seq.mask_base = self.masks.register(seq.automaton)
+            seq.mask_rows = self.masks.register(seq.automaton)
             seq.state = seq.automaton.initial_state
             self.runner.upload_mask_rows(self.masks.allowed, self.masks.num_rows)
             sched.start(seq, sched.take_row(), start, end)

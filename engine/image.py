@@ -18,9 +18,11 @@ Pipeline::
 
 from __future__ import annotations
 
+import errno
 import io
 import math
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Union
@@ -182,6 +184,52 @@ def _open_and_decode(fp: Any, name: str, max_pixels: int | None) -> Image.Image:
         return _decode(img, name, max_pixels)
 
 
+def _open_regular_file(path: Path, name: str) -> BinaryIO:
+    """Open `path` for reading only if it is a non-empty regular file; ImageError otherwise.
+
+    The file is opened non-blocking and checked with fstat on the open descriptor, so a FIFO
+    (which would block a plain open() forever), a device, a socket or a directory is refused
+    without reading from it, even if it replaced a regular file a moment before.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError as exc:
+        if os.path.islink(path):
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = "?"
+            raise _fail(name, f"file not found (broken symbolic link to {target!r})") from exc
+        raise _fail(name, "file not found") from exc
+    except IsADirectoryError as exc:
+        raise _fail(name, "is a directory, not an image file") from exc
+    except PermissionError as exc:
+        if os.path.isdir(path):
+            raise _fail(name, "is a directory, not an image file") from exc
+        raise _fail(name, "permission denied") from exc
+    except (OSError, ValueError) as exc:  # ValueError: embedded NUL byte etc.
+        if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
+            raise _fail(name, "too many levels of symbolic links (a symbolic link loop)") from exc
+        raise _fail(name, exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) from exc
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise _fail(name, "is a directory, not an image file")
+        if not stat.S_ISREG(st.st_mode):
+            what = ("a named pipe (FIFO)" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                    else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a special file")
+            raise _fail(name, f"is {what}, not a regular image file")
+        if st.st_size == 0:
+            raise _fail(name, "file is empty (0 bytes)")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def load_image(source: ImageSource, *, max_pixels: int | None = MAX_PIXELS) -> Image.Image:
     """Load an image as a fully decoded RGB PIL image.
 
@@ -213,20 +261,7 @@ def load_image(source: ImageSource, *, max_pixels: int | None = MAX_PIXELS) -> I
             name = str(path)
         except Exception as exc:  # e.g. undecodable bytes path
             raise _fail(repr(source), f"invalid path ({exc})") from exc
-        try:
-            if not path.exists():
-                raise _fail(name, "file not found")
-            if path.is_dir():
-                raise _fail(name, "is a directory, not an image file")
-            if path.stat().st_size == 0:
-                raise _fail(name, "file is empty (0 bytes)")
-            fh = open(path, "rb")
-        except ImageError:
-            raise
-        except PermissionError as exc:
-            raise _fail(name, "permission denied") from exc
-        except (OSError, ValueError) as exc:  # ValueError: embedded NUL byte etc.
-            raise _fail(name, exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) from exc
+        fh = _open_regular_file(path, name)
         with fh:
             return _open_and_decode(fh, name, max_pixels)
 

@@ -25,16 +25,17 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """One query per row as two batched matmuls (q [B, H, 1, hd], k/v [B, H, L, hd] views of the
-    cache, bias [B·H, 1, L] additive mask: 0 or -inf). Returns [B, H, 1, hd].
+    cache, bias [B·H, L, 1] additive mask: 0 or -inf). Returns [B, H, 1, hd].
 
     For a single query the fused attention kernels tile 64 queries and idle: on an H200 the
-    memory-efficient kernel took 51 µs per layer at batch 1 and 144 µs at batch 32, where
-    streaming K and V through two matmuls is bandwidth-bound. Scale and mask ride in the
-    first GEMM (baddbmm); softmax accumulates in fp32.
+    memory-efficient kernel took 51 µs per layer at batch 1 and 144 µs at batch 32. Here K and V
+    stream through two GEMMs in their stored (row-major) layout — scores as K·q rather than
+    q·Kᵀ, which read K at a third of the bandwidth. Scale and mask ride in the first GEMM
+    (baddbmm); softmax accumulates in fp32.
     """
     b, h, _, d = q.shape
-    scores = torch.baddbmm(bias, q.reshape(b * h, 1, d), k.flatten(0, 1).transpose(1, 2), alpha=d ** -0.5)
-    probs = torch.softmax(scores, -1, dtype=torch.float32).to(v.dtype)
+    scores = torch.baddbmm(bias, k.flatten(0, 1), q.reshape(b * h, d, 1), alpha=d ** -0.5)  # [B·H, L, 1]
+    probs = torch.softmax(scores.view(b * h, 1, -1), -1, dtype=torch.float32).to(v.dtype)
     return torch.bmm(probs, v.flatten(0, 1)).view(b, h, 1, d)
 
 

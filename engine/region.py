@@ -59,8 +59,21 @@ def coord_from_bin(bins: torch.Tensor, n_bins: int) -> torch.Tensor:
     return bins.float() / n_bins
 
 
+_SIZE_TABLES: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+
 def size_from_bin(bins: torch.Tensor, n_bins: int) -> torch.Tensor:
-    return torch.exp2(bins.float() / (n_bins - 1) * 10.0 - 10.0)
+    """2^((bin / (bins - 1)) · 10 - 10) as float32, by table lookup.
+
+    A vectorised exp2 rounds the last bit differently for SIMD lanes and the scalar tail, so
+    computing it over a batch made a request's sizes depend on which other requests shared
+    the step; a table of the n_bins values (computed once, in float64) is exact and batch-free.
+    """
+    key = (n_bins, bins.device)
+    if key not in _SIZE_TABLES:
+        exponent = torch.arange(n_bins, dtype=torch.float64) / (n_bins - 1) * 10.0 - 10.0
+        _SIZE_TABLES[key] = torch.exp2(exponent).float().to(bins.device)
+    return _SIZE_TABLES[key][bins]
 
 
 def coord_to_bin(value: torch.Tensor, n_bins: int) -> torch.Tensor:

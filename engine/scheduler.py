@@ -76,7 +76,7 @@ class Scheduler:
         for r in rows:
             seq = self.running[r]
             if not seq.finalized:
-                states[r] = seq.mask_base + seq.state
+                states[r] = seq.mask_rows[seq.state]
                 active[r] = 1
         return states, active
 

@@ -47,7 +47,7 @@ class Sequence:
     end_position: int = 0  # exclusive bound reserved at admission
     state: int = 0  # local grammar state after the last committed token
     automaton: object = None
-    mask_base: int = 0
+    mask_rows: object = None  # np.ndarray: grammar state → mask-table row
     inflight_refs: int = 0
     finalized: bool = False
     steps_committed: int = 0

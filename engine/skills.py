@@ -6,6 +6,8 @@ skill's `ObjectBuilder` and asks it for the result at the end.
 
 from __future__ import annotations
 
+import numbers
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -16,6 +18,9 @@ SKILLS: tuple[str, ...] = ("point", "detect")
 DEFAULT_MAX_OBJECTS = 50
 MAX_OBJECTS_LIMIT = 200
 MAX_OBJECT_CHARS = 200
+#: Most tokens the object text may encode to. Engines size each KV row for a 64-token prompt
+#: (engine.Engine's default max_len, app.common.open_engine); the template takes up to 5 more.
+MAX_OBJECT_TOKENS = 56
 
 
 class RequestError(ValueError):
@@ -28,23 +33,35 @@ def validate_request(skill: str, obj: object, max_objects: object) -> tuple[str,
         raise RequestError(f"unknown skill {skill!r}; choose one of {', '.join(SKILLS)}")
     if not isinstance(obj, str):
         raise RequestError(f"the object must be text, got {type(obj).__name__}")
-    text = " ".join(obj.split())  # collapses whitespace, drops control whitespace
-    text = "".join(ch for ch in text if ch.isprintable())
+    if len(obj) > 16 * MAX_OBJECT_CHARS:  # refuse megabytes of text before scanning it character by character
+        raise RequestError(f"the object text is {len(obj):,} characters long; the limit is {MAX_OBJECT_CHARS}")
+    # Control characters separate words; other invisible characters (format marks such as
+    # zero-width spaces and bidi overrides, lone surrogates, private-use and unassigned
+    # code points) are dropped; whitespace runs collapse to one space.
+    text = "".join(" " if unicodedata.category(ch) == "Cc" else ch for ch in obj)
+    text = " ".join("".join(ch for ch in text if ch.isprintable() or ch.isspace()).split())
     if not text:
         raise RequestError("the object to find is empty; type what to look for, e.g. 'red circle'")
     if len(text) > MAX_OBJECT_CHARS:
         raise RequestError(f"the object text is {len(text)} characters long; the limit is {MAX_OBJECT_CHARS}")
-    if isinstance(max_objects, bool) or not isinstance(max_objects, int):
+    if isinstance(max_objects, bool) or not isinstance(max_objects, numbers.Integral):
         raise RequestError(f"max_objects must be a whole number, got {max_objects!r}")
+    max_objects = int(max_objects)
     if not 1 <= max_objects <= MAX_OBJECTS_LIMIT:
         raise RequestError(f"max_objects must be between 1 and {MAX_OBJECTS_LIMIT}, got {max_objects}")
     return text, max_objects
 
 
 def prompt_ids(tokens: TokenConfig, encode, skill: str, obj: str) -> list[int]:
-    """Template ids around the object text; the object is encoded with a leading space."""
+    """Template ids around the object text; the object is encoded with a leading space.
+
+    Raises RequestError when the object encodes to more than MAX_OBJECT_TOKENS tokens."""
     prefix = tokens.detect_prefix if skill == "detect" else tokens.point_prefix
-    return [*prefix, *encode(" " + obj), *tokens.prompt_suffix]
+    ids = encode(" " + obj)
+    if len(ids) > MAX_OBJECT_TOKENS:
+        raise RequestError(f"the object text encodes to {len(ids)} tokens; the limit is {MAX_OBJECT_TOKENS} "
+                           "(describe the object in a few words)")
+    return [*prefix, *ids, *tokens.prompt_suffix]
 
 
 def tokens_per_object(skill: str) -> int:

@@ -161,7 +161,7 @@ class TextModel(nn.Module):
         rows = torch.arange(b, device=embeds.device)
         visible = torch.arange(attn_len, device=embeds.device)[None, :] <= positions[:, None]
         bias = torch.zeros(b, attn_len, dtype=embeds.dtype, device=embeds.device).masked_fill_(~visible, float("-inf"))
-        bias = bias[:, None, None, :].expand(b, t.n_heads, 1, attn_len).reshape(b * t.n_heads, 1, attn_len)
+        bias = bias[:, None, :, None].expand(b, t.n_heads, attn_len, 1).reshape(b * t.n_heads, attn_len, 1)
         x = embeds[:, None, :]
         rope = self.rope_at(positions[:, None])
         for layer, block in enumerate(self.blocks):

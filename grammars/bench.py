@@ -65,7 +65,7 @@ def walks(auto: Automaton, rows: int, steps: int, seed: int) -> list[list[tuple[
 
 def step_times(auto: Automaton, table: MaskTable, batch: int, mask: str) -> np.ndarray:
     """Per-step nanoseconds of: advance all rows, gather their global ids, then `mask`."""
-    base = table.register(auto)
+    rows = table.register(auto)
     plan = walks(auto, batch, STEPS, seed=batch)
     ids = np.zeros(batch, dtype=np.int32)
     bools = np.zeros((batch, table.vocab_size), dtype=np.bool_)
@@ -75,7 +75,7 @@ def step_times(auto: Automaton, table: MaskTable, batch: int, mask: str) -> np.n
         start = time.perf_counter_ns()
         for row in range(batch):
             state, token = plan[row][t]
-            ids[row] = base + auto.advance(state, token)
+            ids[row] = rows[auto.advance(state, token)]
         if mask == "bitmask":
             table.fill_bitmask(ids, bits)
         elif mask == "bool":

@@ -1,11 +1,13 @@
 """Per-state mask table: a batch's masks are one gather by global state id.
 
-Every registered automaton gets a contiguous block of rows, one per state, holding that state's
-allowed set both as bools and as a packed int32 bitmask (bit i of word i // 32). A step then
-needs only the rows' global state ids: `fill` / `fill_bitmask` gather on the host, or the engine
-keeps a device copy of `allowed[:num_rows]` (refreshed when `version` changes) and uploads the
-ids alone. point/detect automata have a few hundred states, so the table stays small; a large
-JSON-schema automaton costs states x vocab bytes here, the price of precomputed masks.
+Each distinct allowed set gets one row, both as bools and as a packed int32 bitmask (bit i of
+word i // 32); `register` maps every state of an automaton to the row of its allowed set.
+States share rows: point/detect of *any* max_objects use the same four sets ({coord, eos},
+{coord}, {size}, {eos}), so a server that sees every max_objects from 1 to 200 still holds a
+handful of rows — a row per state would fill any fixed capacity. A step then needs only the
+rows' ids: `fill` / `fill_bitmask` gather on the host, or the engine keeps a device copy of
+`allowed[:num_rows]` (refreshed when `version` changes) and uploads the ids alone. A large
+JSON-schema automaton costs distinct-sets x vocab bytes, the price of precomputed masks.
 
 Row 0 is the unconstrained state (every token allowed) for padding and finished rows.
 """
@@ -35,31 +37,37 @@ class MaskTable:
         self.bitmask[self.UNCONSTRAINED] = _pack(self.allowed[:1])[0]
         self.num_rows = 1
         self.version = 0
-        self._bases: dict[Automaton, int] = {}
+        self._row_of: dict[bytes, int] = {np.arange(vocab_size, dtype=np.int32).tobytes(): self.UNCONSTRAINED}
+        self._rows: dict[Automaton, np.ndarray] = {}
         self._lock = threading.Lock()  # register may run on a compile thread
 
-    def register(self, auto: Automaton) -> int:
-        """Rows for `auto`'s states (once per automaton); returns base: global id = base + state."""
+    def register(self, auto: Automaton) -> np.ndarray:
+        """Row ids for `auto`'s states (computed once per automaton): global id of state s = rows[s]."""
         if auto.vocab_size != self.vocab_size:
             raise ValueError(f"automaton of {auto.spec} has vocab_size {auto.vocab_size}, table has {self.vocab_size}")
         with self._lock:
-            base = self._bases.get(auto)
-            if base is not None:
-                return base
-            base, end = self.num_rows, self.num_rows + auto.num_states
-            if end > self.capacity:
+            rows = self._rows.get(auto)
+            if rows is not None:
+                return rows
+            sets = [auto.allowed_tokens(state) for state in range(auto.num_states)]
+            new = {s.tobytes(): s for s in sets if s.tobytes() not in self._row_of}
+            if self.num_rows + len(new) > self.capacity:
                 raise RuntimeError(
-                    f"MaskTable full: {auto.spec} needs {auto.num_states} rows, "
+                    f"MaskTable full: {auto.spec} needs {len(new)} new rows, "
                     f"{self.capacity - self.num_rows} of {self.capacity} left; raise capacity"
                 )
-            rows = self.allowed[base:end]
-            for state in range(auto.num_states):
-                rows[state, auto.allowed_tokens(state)] = True
-            self.bitmask[base:end] = _pack(rows)
-            self._bases[auto] = base
-            self.num_rows = end  # rows are complete before any id can point at them
-            self.version += 1
-            return base
+            for key, tokens in new.items():
+                row = self.num_rows
+                self.allowed[row, tokens] = True
+                self.bitmask[row] = _pack(self.allowed[row : row + 1])[0]
+                self._row_of[key] = row
+                self.num_rows = row + 1  # a row is complete before any id can point at it
+            rows = np.array([self._row_of[s.tobytes()] for s in sets], dtype=np.int64)
+            rows.flags.writeable = False
+            self._rows[auto] = rows
+            if new:
+                self.version += 1
+            return rows
 
     def fill(self, global_state_ids: np.ndarray, out: np.ndarray) -> None:
         """out[:B] = allowed[ids] (bool, [>= B, vocab])."""

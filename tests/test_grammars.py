@@ -387,29 +387,39 @@ def test_failed_build_is_not_cached(count_builds):
 def test_mask_table_rows_match_automata(compiler):
     autos = [compiler.compile(s, alphabet()) for s in (point_grammar(3), detect_grammar(2), regex_grammar("[0-9]{1,3}"))]
     table = MaskTable(vocab_size=VOCAB, capacity=64)
-    bases = [table.register(a) for a in autos]
-    assert bases == [1, 1 + autos[0].num_states, 1 + autos[0].num_states + autos[1].num_states]
-    assert table.num_rows == 1 + sum(a.num_states for a in autos) and table.version == 3
-    assert table.register(autos[1]) == bases[1] and table.version == 3  # idempotent, no new rows
+    rows = [table.register(a) for a in autos]
+    assert [len(r) for r in rows] == [a.num_states for a in autos]
+    distinct = {tuple(allowed(a, s)) for a in autos for s in range(a.num_states)} - {tuple(range(VOCAB))}
+    assert table.num_rows == 1 + len(distinct)  # one row per distinct allowed set
+    version = table.version
+    assert table.register(autos[1]) is rows[1] and table.version == version  # idempotent, no new rows
 
-    ids = np.array([0] + [b + s for a, b in zip(autos, bases) for s in range(a.num_states)], dtype=np.int64)
+    pairs = [(None, 0)] + [(a, s) for a in autos for s in range(a.num_states)]
     rng = np.random.default_rng(0)
-    ids = rng.permutation(ids)
+    pairs = [pairs[i] for i in rng.permutation(len(pairs))]
+    ids = np.array([0 if a is None else r[s] for a, s in pairs for r in [rows[autos.index(a)] if a else None]],
+                   dtype=np.int64)
     out = np.zeros((len(ids) + 2, VOCAB), dtype=np.bool_)
     out[len(ids):] = True  # rows past the batch must stay untouched
     table.fill(ids, out)
     bits = np.zeros((len(ids), 2), dtype=np.int32)
     table.fill_bitmask(ids, bits)
-    for row, g in enumerate(ids.tolist()):
-        if g == 0:
-            expected = list(range(VOCAB))
-        else:
-            a, b = next((a, b) for a, b in zip(autos, bases) if b <= g < b + a.num_states)
-            expected = allowed(a, g - b)
+    for row, (a, s) in enumerate(pairs):
+        expected = list(range(VOCAB)) if a is None else allowed(a, s)
         assert np.flatnonzero(out[row]).tolist() == expected
         unpacked = np.unpackbits(bits[row].astype("<i4").view(np.uint8), bitorder="little")
         assert np.flatnonzero(unpacked).tolist() == expected
     assert out[len(ids):].all()
+
+
+def test_mask_rows_are_shared_across_object_caps(compiler):
+    """Every max_objects of point and detect needs the same few rows: a long-running server
+    seeing all caps from 1 to 200 cannot fill the table."""
+    table = MaskTable(vocab_size=VOCAB, capacity=8)
+    for cap in range(1, 201):
+        table.register(compiler.compile(detect_grammar(cap), alphabet()))
+        table.register(compiler.compile(point_grammar(cap), alphabet()))
+    assert table.num_rows == 5  # unconstrained, {coord, eos}, {coord}, {size}, {eos}
 
 
 def test_bitmask_padding_bits_stay_clear():
@@ -421,17 +431,17 @@ def test_bitmask_padding_bits_stay_clear():
 
 def test_mask_table_errors(compiler):
     auto = compiler.compile(detect_grammar(2), alphabet())
-    table = MaskTable(vocab_size=VOCAB, capacity=auto.num_states)
+    table = MaskTable(vocab_size=VOCAB, capacity=2)
     with pytest.raises(RuntimeError, match="MaskTable full"):
         table.register(auto)
     assert table.num_rows == 1 and table.version == 0
     with pytest.raises(ValueError, match="vocab_size"):
         MaskTable(vocab_size=VOCAB + 1).register(auto)
     table = MaskTable(vocab_size=VOCAB, capacity=16)
-    base = table.register(auto)
+    table.register(auto)
     out = np.zeros((2, VOCAB), dtype=np.bool_)
-    with pytest.raises(IndexError, match=r"\[0, 8\)"):
-        table.fill(np.array([base + auto.num_states]), out)
+    with pytest.raises(IndexError, match=rf"\[0, {table.num_rows}\)"):
+        table.fill(np.array([table.num_rows]), out)
     with pytest.raises(IndexError):
         table.fill(np.array([-1]), out)
     with pytest.raises(ValueError, match="out must be"):
