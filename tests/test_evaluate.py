@@ -1,0 +1,136 @@
+"""engine/evaluate.py metric functions on hand-made cases (no model, no engine)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.evaluate import (average_precision, best_iou_pairs, box_iou, check_targets, detect_metrics, format_table,
+                             greedy_tp, point_in_object, point_metrics)
+from engine.scenes import SceneObject, scene_batch
+
+A = (0.1, 0.1, 0.3, 0.3)
+B = (0.5, 0.5, 0.9, 0.7)
+C = (0.6, 0.1, 0.8, 0.2)
+
+
+def test_box_iou():
+    assert box_iou(A, A) == pytest.approx(1.0)
+    assert box_iou(A, B) == 0.0
+    assert box_iou((0, 0, 2, 1), (1, 0, 3, 1)) == pytest.approx(1 / 3)
+    assert box_iou((0, 0, 0, 0), (0, 0, 0, 0)) == 0.0
+
+
+def test_perfect_detections_score_one():
+    m = detect_metrics([([A, B], [A, B]), ([C], [C]), ([], [])])
+    assert m["ap50"] == pytest.approx(1.0)
+    assert m["precision"] == m["recall"] == 1.0
+    assert m["mean_iou"] == pytest.approx(1.0)
+    assert m["count_exact"] == 1.0 and m["empty_accuracy"] == 1.0 and m["empty_queries"] == 1
+
+
+def test_order_within_a_query_does_not_matter_for_matching():
+    m = detect_metrics([([B, A], [A, B])])
+    assert m["ap50"] == pytest.approx(1.0) and m["count_exact"] == 1.0
+
+
+def test_missed_object():
+    m = detect_metrics([([A], [A, B])])
+    assert m["recall"] == 0.5 and m["precision"] == 1.0
+    assert m["ap50"] == pytest.approx(51 / 101)     # precision 1 up to recall 0.5, nothing after
+    assert m["count_exact"] == 0.0
+
+
+def test_extra_object_after_the_right_one():
+    m = detect_metrics([([A, C], [A])])
+    assert m["ap50"] == pytest.approx(1.0)          # the extra box ranks after full recall
+    assert m["precision"] == 0.5 and m["recall"] == 1.0
+    assert m["count_exact"] == 0.0
+
+
+def test_extra_object_before_the_right_one():
+    m = detect_metrics([([C, A], [A])])
+    assert m["ap50"] == pytest.approx(0.5)
+    assert m["count_exact"] == 0.0
+
+
+def test_emission_rank_pools_queries():
+    # query 0's second box is wrong; query 1's first box is right: rank 0 of every query comes first
+    m = detect_metrics([([A, C], [A]), ([B], [B])])
+    assert m["ap50"] == pytest.approx(1.0) and m["precision"] == pytest.approx(2 / 3)
+
+
+def test_iou_threshold_and_mean_iou():
+    shifted = (0.1, 0.16, 0.3, 0.36)                # IoU 0.14/0.26 ≈ 0.54 with A
+    worse = (0.1, 0.2, 0.3, 0.4)                    # IoU 1/3 with A
+    assert box_iou(A, shifted) > 0.5 > box_iou(A, worse)
+    assert greedy_tp([shifted], [A]) == [True]
+    assert greedy_tp([worse], [A]) == [False]
+    m = detect_metrics([([worse], [A])])
+    assert m["ap50"] == 0.0 and m["recall"] == 0.0
+    assert m["mean_iou"] == pytest.approx(1 / 3)     # localisation of the matched pair, below the threshold too
+    assert best_iou_pairs([A, A], [A]) == [pytest.approx(1.0)]   # one-to-one
+
+
+def test_duplicate_box_is_a_false_positive():
+    assert greedy_tp([A, A], [A]) == [True, False]
+
+
+def test_empty_query():
+    assert detect_metrics([([], [])])["empty_accuracy"] == 1.0
+    m = detect_metrics([([A], []), ([B], [B])])
+    assert m["empty_accuracy"] == 0.0 and m["count_exact"] == 0.5 and m["precision"] == 0.5
+    assert m["ap50"] == pytest.approx(0.5)           # same rank as the hit; query 0 comes first
+    assert detect_metrics([([], [])])["ap50"] is None
+    assert average_precision([], 3) == 0.0
+
+
+def _ring_object() -> SceneObject:
+    """A 10×10-pixel ring at pixels (20..29, 40..49) of a 100×200 (W×H) image: the centre is a hole."""
+    mask = np.ones((10, 10), dtype=bool)
+    mask[3:7, 3:7] = False
+    return SceneObject(shape="circle", colour="red", box=(20 / 100, 40 / 200, 30 / 100, 50 / 200),
+                       point=(20.5 / 100, 40.5 / 200), mask=mask)
+
+
+def test_point_in_object_uses_the_pixel_mask():
+    obj, size = _ring_object(), (100, 200)
+    assert point_in_object((20.5 / 100, 40.5 / 200), obj, size)          # corner pixel
+    assert point_in_object((29.9 / 100, 49.9 / 200), obj, size)          # last pixel
+    assert not point_in_object((30.0 / 100, 45 / 200), obj, size)        # just right of the box
+    assert not point_in_object((25 / 100, 45 / 200), obj, size)          # inside the box, in the hole
+    assert not point_in_object((19.99 / 100, 45 / 200), obj, size)
+
+
+def test_point_metrics_cases():
+    obj, size = _ring_object(), (100, 200)
+    on = (20.5 / 100, 40.5 / 200)
+    hole = (25 / 100, 45 / 200)
+    perfect = point_metrics([([on], [obj], size), ([], [], size)])
+    assert perfect["hit_rate"] == 1.0 and perfect["recall"] == 1.0
+    assert perfect["count_exact"] == 1.0 and perfect["empty_accuracy"] == 1.0
+    missed = point_metrics([([hole], [obj], size)])
+    assert missed["hit_rate"] == 0.0 and missed["recall"] == 0.0 and missed["count_exact"] == 1.0
+    extra = point_metrics([([on, on], [obj], size)])                     # a second point on the same object
+    assert extra["hit_rate"] == 1.0 and extra["recall"] == 1.0 and extra["count_exact"] == 0.0
+    empty = point_metrics([([on], [], size)])
+    assert empty["hit_rate"] == 0.0 and empty["empty_accuracy"] == 0.0 and empty["recall"] is None
+
+
+def test_ground_truth_as_prediction_on_real_scenes():
+    data = scene_batch(99, 40)
+    d = detect_metrics([([o.box for o in q.matches], [o.box for o in q.matches]) for _, q in data])
+    p = point_metrics([([o.point for o in q.matches], q.matches, s.image.size) for s, q in data])
+    assert d["ap50"] == pytest.approx(1.0) and d["count_exact"] == 1.0
+    assert p["hit_rate"] == 1.0 and p["recall"] == 1.0 and p["empty_accuracy"] == 1.0
+
+
+def test_targets_and_table():
+    d = detect_metrics([([A], [A])])
+    p = point_metrics([([], [], (10, 10))])
+    report = {"detect": {**d, "errors": 0}, "point": {**p, "errors": 0}, "count_exact": 1.0,
+              "latency": {"threads": 2, "runs": 3, "median_ms": 120.0, "p90_ms": 130.0, "mean_ms": 121.0}}
+    report["targets"] = check_targets(report)
+    assert report["targets"]["detect_ap50"]["met"] and report["targets"]["latency_ms_median"]["met"]
+    assert report["targets"]["point_hit_rate"]["met"] is None
+    assert "AP50" in format_table(report)
