@@ -11,7 +11,7 @@ from torch import nn
 from engine.config import MoondreamConfig
 from engine.image import OverlapCrops, normalize_crops
 from engine.region import RegionModel
-from engine.text import KVCache, TextModel
+from engine.text import TextModel
 from engine.vision import VisionEncoder
 
 
@@ -40,13 +40,6 @@ class MoondreamModel(nn.Module):
         image = self.vision(x, crops.tiling)
         bos = self.text.wte[self.config.tokens.bos_id][None]
         return torch.cat([bos, image], dim=0)[None]
-
-    @torch.inference_mode()
-    def prefill_image(self, prefix_embeds: torch.Tensor, kv: KVCache, row: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run the bidirectional image prefix into `row` and return a copy of its K/V for reuse."""
-        rows = torch.tensor([row], device=self.device)
-        self.text.prefill(prefix_embeds, kv, rows, torch.zeros(1, dtype=torch.long, device=self.device))
-        return kv.read_prefix(row, prefix_embeds.shape[1])
 
     def embed_ids(self, ids: torch.Tensor) -> torch.Tensor:
         return self.text.wte[ids]
