@@ -89,11 +89,9 @@ def average_precision(ranked_tp: Sequence[bool], n_gt: int) -> float | None:
     recall = tp / n_gt
     precision = tp / (tp + fp)
     envelope = np.maximum.accumulate(precision[::-1])[::-1]
-    samples = []
-    for r in np.linspace(0.0, 1.0, 101):
-        i = int(np.searchsorted(recall, r - 1e-12, side="left"))
-        samples.append(envelope[i] if i < len(envelope) else 0.0)
-    return float(np.mean(samples))
+    # as pycocotools: precision at the first rank reaching each of 101 recall thresholds
+    idx = np.searchsorted(recall, np.linspace(0.0, 1.0, 101), side="left")
+    return float(np.mean([envelope[i] if i < len(envelope) else 0.0 for i in idx]))
 
 
 def best_iou_pairs(pred: Sequence[Box], gt: Sequence[Box]) -> list[float]:

@@ -134,3 +134,58 @@ def test_targets_and_table():
     assert report["targets"]["detect_ap50"]["met"] and report["targets"]["latency_ms_median"]["met"]
     assert report["targets"]["point_hit_rate"]["met"] is None
     assert "AP50" in format_table(report)
+
+
+def _coco_ap50(items) -> float:
+    """AP at IoU 0.5 from pycocotools: one COCO image per query, one category, score = 1/(1+rank)."""
+    import contextlib
+    import io
+
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    scale = 1000.0   # pixel-like units so COCO's area ranges treat every box alike
+    images, anns, dets = [], [], []
+    for i, (pred, gt) in enumerate(items):
+        images.append({"id": i + 1, "width": scale, "height": scale})
+        for g in gt:
+            w, h = (g[2] - g[0]) * scale, (g[3] - g[1]) * scale
+            anns.append({"id": len(anns) + 1, "image_id": i + 1, "category_id": 1, "bbox": [g[0] * scale, g[1] * scale, w, h],
+                         "area": w * h, "iscrowd": 0})
+        for rank, p in enumerate(pred):
+            dets.append({"image_id": i + 1, "category_id": 1, "score": 1.0 / (1 + rank),
+                         "bbox": [p[0] * scale, p[1] * scale, (p[2] - p[0]) * scale, (p[3] - p[1]) * scale]})
+    with contextlib.redirect_stdout(io.StringIO()):
+        gt_coco = COCO()
+        gt_coco.dataset = {"images": images, "annotations": anns, "categories": [{"id": 1, "name": "object"}]}
+        gt_coco.createIndex()
+        ev = COCOeval(gt_coco, gt_coco.loadRes(dets), "bbox")
+        ev.params.iouThrs = np.array([0.5])
+        ev.params.maxDets = [100, 100, 100]
+        ev.evaluate()
+        ev.accumulate()
+    precision = ev.eval["precision"][0, :, 0, 0, -1]       # [recall thresholds] for area "all"
+    return float(np.mean(np.maximum(precision, 0)))
+
+
+def test_ap50_agrees_with_pycocotools():
+    rng = np.random.default_rng(0)
+    items = []
+    for _ in range(60):
+        gt = []
+        for _ in range(int(rng.integers(0, 4))):
+            x, y = rng.uniform(0, 0.8, 2)
+            gt.append((x, y, x + rng.uniform(0.05, 0.2), y + rng.uniform(0.05, 0.2)))
+        pred = []
+        for g in gt:
+            if rng.random() < 0.8:   # a found object, jittered (some below IoU 0.5)
+                d = rng.normal(0, 0.015, 4)
+                pred.append(tuple(np.array(g) + d))
+        if rng.random() < 0.3:       # an extra box
+            x, y = rng.uniform(0, 0.8, 2)
+            pred.append((x, y, x + 0.1, y + 0.1))
+        order = rng.permutation(len(pred))
+        items.append(([pred[i] for i in order], gt))
+    ours = detect_metrics(items)["ap50"]
+    assert 0.1 < ours < 0.95
+    assert ours == pytest.approx(_coco_ap50(items), abs=1e-6)
