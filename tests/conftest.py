@@ -6,6 +6,8 @@ Everything is generated here, deterministically (fixed seeds), once per session.
 from __future__ import annotations
 
 from contextlib import contextmanager
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -103,3 +105,10 @@ def small_image_png(tmp_path_factory, small_image) -> Path:
     path = tmp_path_factory.mktemp("images") / "small.png"
     Image.fromarray(small_image).save(path)
     return path
+
+
+def make_checkpoint(dest: Path, seed: int) -> Path:
+    """A random `tiny` checkpoint written by the real CLI (`python -m engine random-checkpoint`)."""
+    subprocess.run([sys.executable, "-m", "engine", "random-checkpoint", str(dest), "--preset", "tiny",
+                    "--seed", str(seed)], check=True, cwd=Path(__file__).resolve().parent.parent, capture_output=True)
+    return dest

@@ -30,15 +30,10 @@ from app.draw import PALETTE, draw_result  # noqa: E402
 from app.screenshot import find_chromium, free_port, run_in_browser  # noqa: E402
 from app.ui import build_demo, sample_images  # noqa: E402
 from engine.image import load_image  # noqa: E402
+from tests.conftest import make_checkpoint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OBJECT = "red circle"
-
-
-def make_checkpoint(dest: Path, seed: int) -> Path:
-    subprocess.run([sys.executable, "-m", "engine", "random-checkpoint", str(dest), "--preset", "tiny",
-                    "--seed", str(seed)], check=True, cwd=ROOT, capture_output=True)
-    return dest
 
 
 def scene(path: Path, size=(320, 240), bg=(205, 222, 240)) -> Path:

@@ -20,15 +20,10 @@ from app.batch import Journal, UsageError, default_out, find_images, main
 from app.common import open_engine
 from app.draw import draw_result
 from engine.image import load_image
+from tests.conftest import make_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 OBJECT = "red circle"
-
-
-def make_checkpoint(dest: Path, seed: int) -> Path:
-    subprocess.run([sys.executable, "-m", "engine", "random-checkpoint", str(dest), "--preset", "tiny",
-                    "--seed", str(seed)], check=True, cwd=ROOT, capture_output=True)
-    return dest
 
 
 def picture(i: int) -> Image.Image:
