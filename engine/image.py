@@ -455,31 +455,31 @@ def patchify(x: torch.Tensor, patch: int) -> torch.Tensor:
 
 
 def reconstruct_from_crops(local: torch.Tensor, tiling: tuple[int, int], margin: int) -> torch.Tensor:
-    """Stitch tile features [th*tw, g, g, C] into one grid [th*s + 2m, tw*s + 2m, C], s = g - 2m.
+    """Stitch tile features [..., th*tw, g, g, C] into one grid [..., th*s + 2m, tw*s + 2m, C], s = g - 2m.
 
     Tile (ty, tx) has its origin at (ty*s, tx*s) and writes its interior, plus its outer
     `margin` cells on every side that touches the image border (section 4.5). This is the
-    exact inverse of cutting overlapping g x g windows at stride s.
+    exact inverse of cutting overlapping g x g windows at stride s. Leading dims are a batch
+    of images with the same tiling (training stitches many at once).
     """
     th, tw = int(tiling[0]), int(tiling[1])
-    if local.dim() != 4 or local.shape[1] != local.shape[2]:
-        raise ValueError(f"expected tile features [n, g, g, C], got shape {tuple(local.shape)}")
-    n, g, _, c = local.shape
+    if local.dim() < 4 or local.shape[-3] != local.shape[-2]:
+        raise ValueError(f"expected tile features [..., n, g, g, C], got shape {tuple(local.shape)}")
+    *batch, n, g, _, c = local.shape
     if n != th * tw:
         raise ValueError(f"tiling {th}x{tw} needs {th * tw} tiles, got {n}")
     s = g - 2 * margin
     if margin < 0 or s <= 0:
         raise ValueError(f"margin {margin} leaves no interior in a {g}-cell tile")
-    out = local.new_empty((th * s + 2 * margin, tw * s + 2 * margin, c))
+    out = local.new_empty((*batch, th * s + 2 * margin, tw * s + 2 * margin, c))
     for ty in range(th):
         r0 = 0 if ty == 0 else margin
         r1 = g if ty == th - 1 else g - margin
         for tx in range(tw):
             c0 = 0 if tx == 0 else margin
             c1 = g if tx == tw - 1 else g - margin
-            tile = local[ty * tw + tx]
             oy, ox = ty * s, tx * s
-            out[oy + r0:oy + r1, ox + c0:ox + c1] = tile[r0:r1, c0:c1]
+            out[..., oy + r0:oy + r1, ox + c0:ox + c1, :] = local[..., ty * tw + tx, r0:r1, c0:c1, :]
     return out
 
 

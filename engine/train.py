@@ -97,11 +97,12 @@ import torch.nn.functional as F
 
 from engine.checkpoint import load_model, save_checkpoint
 from engine.config import PRESETS, MoondreamConfig
-from engine.image import normalize_crops, overlap_crop_image
+from engine.image import normalize_crops, overlap_crop_image, reconstruct_from_crops
 from engine.model import MoondreamModel
 from engine.region import coord_to_bin, size_from_bin, size_to_bin
 from engine.scenes import ALL_QUERIES, COLOURS, SHAPES, make_query, make_scene
 from engine.skills import prompt_ids
+from engine.text import apply_rope_, rope_tables
 from engine.tokenizer import build_tokenizer
 
 PROCESS_START = time.monotonic()
@@ -366,21 +367,6 @@ def batch_stream(config, prompts, seed, *, start: int, workers: int, pin: bool, 
 # Forward: vision batch → prefix, shared-prefix text forward, losses
 # --------------------------------------------------------------------------------------------
 
-def reconstruct_batch(local: torch.Tensor, tiling: tuple[int, int], margin: int) -> torch.Tensor:
-    """`engine.image.reconstruct_from_crops` for G images of one tiling: [G, th*tw, g, g, C] → [G, Hs, Ws, C]."""
-    th, tw = tiling
-    gcount, _, g, _, c = local.shape
-    s = g - 2 * margin
-    out = local.new_zeros((gcount, th * s + 2 * margin, tw * s + 2 * margin, c))
-    for ty in range(th):
-        r0, r1 = (0 if ty == 0 else margin), (g if ty == th - 1 else g - margin)
-        for tx in range(tw):
-            c0, c1 = (0 if tx == 0 else margin), (g if tx == tw - 1 else g - margin)
-            oy, ox = ty * s, tx * s
-            out[:, oy + r0:oy + r1, ox + c0:ox + c1] = local[:, ty * tw + tx, r0:r1, c0:c1]
-    return out
-
-
 def project_batch(model: MoondreamModel, features: torch.Tensor, plan: dict[str, torch.Tensor],
                   groups: list[tuple[int, int, int]]) -> torch.Tensor:
     """`VisionEncoder.project` for a batch of images whose crops are concatenated in `features`
@@ -393,7 +379,7 @@ def project_batch(model: MoondreamModel, features: torch.Tensor, plan: dict[str,
         glob = features[plan["glob_idx"][gpos:gpos + count]]
         local = features[plan["local_idx"][lpos:lpos + count * th * tw]].view(count, th * tw, g, g, -1)
         gpos, lpos = gpos + count, lpos + count * th * tw
-        stitched = reconstruct_batch(local, (th, tw), vis.cfg.overlap_margin)
+        stitched = reconstruct_from_crops(local, (th, tw), vis.cfg.overlap_margin)
         pooled = F.adaptive_avg_pool2d(stitched.permute(0, 3, 1, 2), (g, g)).permute(0, 2, 3, 1).reshape(count, g * g, -1)
         outs.append(vis.proj_mlp(torch.cat([glob, pooled.to(glob.dtype)], dim=-1)))
     return torch.cat(outs)[plan["inverse"]]
@@ -420,28 +406,13 @@ def tail_embeddings(model: MoondreamModel, tok: torch.Tensor, kind: torch.Tensor
     return torch.where((kind == SLOT_SIZE)[..., None], size.to(emb.dtype), emb)
 
 
-def rope_tables(cfg, length: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp32 cos/sin [length, rotary_dims/2]: θ_i = theta^(−2i/rotary_dims), absolute positions."""
-    half = cfg.rotary_dims // 2
-    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, half, device=device, dtype=torch.float32) * 2 / cfg.rotary_dims))
-    angles = torch.outer(torch.arange(length, device=device, dtype=torch.float32), inv_freq)
-    return angles.cos(), angles.sin()
-
-
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dims: int) -> torch.Tensor:
-    """Partial rotary embedding, NeoX halves, computed in fp32 (Moondream 2 §6.2; same scores as
-    the reference's interleaved write-back). x [N, H, L, hd]; cos/sin [L, rotary_dims/2]."""
-    half = rotary_dims // 2
-    x1, x2 = x[..., :half].float(), x[..., half:rotary_dims].float()
-    rotated = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
-    return torch.cat([rotated, x[..., rotary_dims:]], dim=-1)
-
-
 def _heads(block, h: torch.Tensor, cfg, cos: torch.Tensor, sin: torch.Tensor):
-    """h [N, L, D] → q, k, v [N, H, L, hd] with the rotary embedding on q and k."""
+    """h [N, L, D] → q, k, v [N, H, L, hd] with the rotary embedding on q and k (the inference
+    code's `apply_rope_`; cos/sin are `engine.text.rope_tables` rows [L, rotary_dims])."""
     n, length, _ = h.shape
-    q, k, v = block.attn.qkv(h).view(n, length, 3, cfg.n_heads, cfg.head_dim).permute(2, 0, 3, 1, 4)
-    return _rope(q, cos, sin, cfg.rotary_dims), _rope(k, cos, sin, cfg.rotary_dims), v
+    qkv = block.attn.qkv(h).view(n, length, 3, cfg.n_heads, cfg.head_dim)
+    apply_rope_(qkv[:, :, :2], cos[:, None, None], sin[:, None, None], cfg.rotary_dims)
+    return qkv.permute(2, 0, 3, 1, 4)
 
 
 def text_forward(model: MoondreamModel, prefix: torch.Tensor, tails: torch.Tensor, img: torch.Tensor,
