@@ -326,6 +326,20 @@ def _install_sigint(handler):
     return signal.signal(signal.SIGINT, handler)
 
 
+def drain_on_sigint(job: Job, doing: str):
+    """Install the Ctrl-C policy: the first stops new work and lets `doing` finish; the second
+    exits at once (every record written so far is complete; a torn one is repaired next run).
+    Returns the previous handler, for `_install_sigint` to restore."""
+
+    def on_sigint(signum, frame):
+        if job.stop.is_set():
+            os._exit(130)
+        job.stop.set()
+        print(f"\ninterrupted: {doing} (Ctrl-C again to abort)", file=sys.stderr)
+
+    return _install_sigint(on_sigint)
+
+
 def _show(text: str) -> str:
     """Printable on any UTF-8 stream, even with undecodable file names (shown as \\udcXX)."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
@@ -448,13 +462,7 @@ def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict]
     pool = ThreadPoolExecutor(max_workers=args.window, thread_name_prefix="batch")
     bar = tqdm(total=len(todo), unit="img", disable=args.quiet or not todo, file=sys.stderr, dynamic_ncols=True)
 
-    def on_sigint(signum, frame):  # first Ctrl-C: drain what is in flight; second: abort now
-        if job.stop.is_set():
-            os._exit(130)  # every record written so far is complete; a torn one is repaired next run
-        job.stop.set()
-        print("\ninterrupted: finishing the images in flight (Ctrl-C again to abort)", file=sys.stderr)
-
-    previous = _install_sigint(on_sigint)
+    previous = drain_on_sigint(job, "finishing the images in flight")
     try:
         side = [pool.submit(redraw, job, rec) for rec in redraws]
         queue = iter(todo)

@@ -34,8 +34,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from app.batch import (COCO_NAME, Job, UsageError, _install_sigint, commit, draw_into, new_record, plan, redraw,
-                       report, request_error)
+from app.batch import (COCO_NAME, Job, UsageError, _install_sigint, commit, drain_on_sigint, draw_into, new_record,
+                       plan, redraw, report, request_error)
 
 RAY_EXTRA_HINT = "install with pip install -e .[ray]"
 DECODE_BATCH = 8        # images per decode batch (and per input block, for small folders)
@@ -368,13 +368,7 @@ def run_ray(args, root: Path, out: Path, journal, records: dict[str, dict], imag
         finally:
             hand_over(("done", None))
 
-    def on_sigint(signum, frame):  # first Ctrl-C: record what has arrived; second: abort now
-        if job.stop.is_set():
-            os._exit(130)  # every record written so far is complete; a torn one is repaired next run
-        job.stop.set()
-        print("\ninterrupted: recording the results already received (Ctrl-C again to abort)", file=sys.stderr)
-
-    previous = _install_sigint(on_sigint)
+    previous = drain_on_sigint(job, "recording the results already received")
     try:
         side = [pool.submit(redraw, job, rec) for rec in redraws]
         drawing: set[Future] = set()
