@@ -1,6 +1,7 @@
 """Decode-step benchmark: blocking vs pipelined, against the same engine's GPU-only step.
 
-    python -m engine.bench [--device cuda|cpu] [--preset moondream2|tiny] [--batch 1,32] [--json OUT]
+    python -m engine.bench [--device cuda|cpu] [--preset moondream2|tiny] [--batch 1,32] [--kernels triton|torch]
+                           [--json OUT]
 
 Random weights (no download). The lm_head bias of the coord token is raised so every request
 keeps emitting objects up to `--objects`: each request then decodes 3·objects+1 steps, and a
@@ -26,6 +27,7 @@ import time
 import numpy as np
 import torch
 
+from engine import kernels
 from engine.checkpoint import init_random_, parse_dtype
 from engine.config import PRESETS
 from engine.engine import Engine
@@ -96,8 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", default="1,32")
     p.add_argument("--objects", type=int, default=50, help="objects per request (3 decode steps each)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kernels", default="triton", choices=("triton", "torch"),
+                   help="decode attention/rotary: fused Triton kernels (CUDA default) or the PyTorch path")
     p.add_argument("--json", default=None, help="write the table as JSON here")
     args = p.parse_args(argv)
+    kernels.enabled = args.kernels == "triton"
     dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
     batches = [int(b) for b in args.batch.split(",")]
     model = build_model(args.preset, args.device, dtype, args.seed)
@@ -127,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         del engines
         if args.device == "cuda":
             torch.cuda.empty_cache()
-    header = f"{args.preset} {dtype} on {gpu}; {args.objects} objects/request ({3 * args.objects + 1} decode steps)"
+    fused = kernels.available(model.text.wte, cfg.text.head_dim)
+    header = (f"{args.preset} {dtype} on {gpu}; {args.objects} objects/request ({3 * args.objects + 1} decode steps); "
+              f"{'Triton' if fused else 'PyTorch'} attention")
     print(header)
     print(f"{'batch':>5} {'blocking ms':>12} {'pipelined ms':>13} {'gpu-only ms':>12} {'bubble %':>9} {'speedup':>8} {'pipe/gpu':>9}")
     for r in rows:
@@ -136,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": gpu, "preset": args.preset, "dtype": dtype, "objects": args.objects,
+                       "kernels": "triton" if fused else "torch",
                        "torch": torch.__version__, "rows": rows}, f, indent=2)
     return 0
 

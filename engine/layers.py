@@ -27,12 +27,10 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: to
     """One query per row as two batched matmuls (q [B, H, 1, hd], k/v [B, H, L, hd] views of the
     cache, bias [B·H, L, 1] additive mask: 0 or -inf). Returns [B, H, 1, hd].
 
-    For a single query the fused attention kernels tile 64 queries and idle: on an H200 the
-    memory-efficient kernel took 51 µs per layer at batch 1 and 144 µs at batch 32; two batched
-    GEMMs took the step from 4.1 to 2.5 ms (batch 1) and 6.6 to 4.6 ms (batch 32). The score GEMM
-    still reads K at only ~1.4 TB/s at batch 32 (K·q and q·Kᵀ measured the same): a fused
-    split-K decode kernel is the next step. Scale and mask ride in the first GEMM (baddbmm);
-    softmax accumulates in fp32.
+    The PyTorch decode path (CPU, and the oracle of `engine.kernels.decode_attention`, which
+    replaces it on CUDA). For a single query the fused SDPA kernels tile 64 queries and idle; two
+    batched GEMMs were 3x faster on an H200, the Triton split-K kernel 3x faster again. Scale and
+    mask ride in the first GEMM (baddbmm); softmax accumulates in fp32.
     """
     b, h, _, d = q.shape
     scores = torch.baddbmm(bias, k.flatten(0, 1), q.reshape(b * h, d, 1), alpha=d ** -0.5)  # [B·H, L, 1]

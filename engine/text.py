@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from engine import kernels
 from engine.config import MoondreamConfig, TextConfig
 from engine.layers import MLP, QKVAttentionWeights, attention, decode_attention
 
@@ -154,10 +155,14 @@ class TextModel(nn.Module):
     def decode(self, embeds: torch.Tensor, kv: KVCache, positions: torch.Tensor, attn_len: int) -> torch.Tensor:
         """One token for KV rows 0..B-1 at `positions` [B]; returns raw hidden [B, D].
 
-        Static shapes for a given (B, attn_len): safe to capture in a CUDA graph.
+        Static shapes for a given (B, attn_len): safe to capture in a CUDA graph. On CUDA the
+        rotary/KV write and the attention are fused Triton kernels (`engine.kernels`); this
+        PyTorch body is the same computation, kept for the CPU and as their test oracle.
         """
         b = embeds.shape[0]
         t = self.cfg
+        if kernels.available(embeds, t.head_dim):
+            return self._decode_fused(embeds, kv, positions, attn_len)
         rows = torch.arange(b, device=embeds.device)
         visible = torch.arange(attn_len, device=embeds.device)[None, :] <= positions[:, None]
         bias = torch.zeros(b, attn_len, dtype=embeds.dtype, device=embeds.device).masked_fill_(~visible, float("-inf"))
@@ -173,3 +178,16 @@ class TextModel(nn.Module):
             a = decode_attention(q.transpose(1, 2), kl[:b, :, :attn_len], vl[:b, :, :attn_len], bias)
             x = x + block.attn.proj(a.reshape(b, 1, -1)) + block.mlp(h)
         return x[:, 0]
+
+    def _decode_fused(self, embeds: torch.Tensor, kv: KVCache, positions: torch.Tensor, attn_len: int) -> torch.Tensor:
+        cos, sin = self.rope(embeds.device)
+        x = embeds.contiguous()
+        h = self.blocks[0].ln(x)
+        for layer, block in enumerate(self.blocks):
+            kl, vl = kv.k[layer], kv.v[layer]
+            q = kernels.rope_kv_write(block.attn.qkv(h), cos, sin, positions, kl, vl, self.cfg.rotary_dims)
+            a = kernels.decode_attention(q, kl, vl, positions, attn_len)
+            # The residual adds and the next block's LayerNorm are one kernel.
+            following = self.blocks[layer + 1].ln if layer + 1 < len(self.blocks) else None
+            x, h = kernels.residual_layernorm(x, block.attn.proj(a), block.mlp(h), following)
+        return x

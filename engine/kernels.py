@@ -1,0 +1,200 @@
+"""Fused Triton kernels for the decode step (CUDA only; `engine.text` keeps a PyTorch path
+with the same semantics, used on the CPU and as the test oracle).
+
+Why: in a CUDA graph a decode step is a chain of ~19 small kernels per layer, and at batch 1
+their fixed cost, not memory traffic, is the step time; at batch 32 the two batched GEMMs of
+single-query attention read K and V at about a third of the H200's bandwidth. Two kernels
+replace the hot spots:
+
+* `rope_kv_write`: partial rotary embedding of q and k, and the K/V cache write at each row's
+  own position, in one pass over the qkv projection (was 6 kernels: 4 rotary + 2 index_put).
+* `decode_attention`: one query per (row, head) against that row's cached keys 0..position,
+  split-K ("flash decoding"): every (row, head, key chunk) is one program, so even batch 1
+  fills the GPU; a second kernel merges the chunks in a fixed order, so results are
+  bit-for-bit reproducible (was 4 kernels: baddbmm, softmax, cast, bmm).
+
+Numerics: rotary in fp32 rounded once to the cache dtype, as `engine.text.apply_rope_`;
+scores, softmax and the weighted sum in fp32 (the PyTorch path rounds scores to bf16 before
+its fp32 softmax), output rounded once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only installs: the PyTorch path is used
+    triton = None
+
+# Split-K shape, from a sweep on an H200 (moondream2 heads, 832 keys, .device runs): 64 keys
+# per program in one 64-key tile with 2 warps read K/V at 3.5 TB/s at batch 32 (128/64/4 warps:
+# 2.9 TB/s; the batched GEMMs: 1.7 TB/s) and took 5.3 µs at batch 1 (GEMMs: 17.5 µs).
+CHUNK = 64     # keys per split-K program
+BLOCK_N = 64   # keys per inner iteration
+ATTN_WARPS = 2
+
+
+enabled = True  # `python -m engine.bench --kernels torch` turns them off for an A/B
+# Under TRITON_INTERPRET=1 (read by Triton when the kernels are defined) they run on CPU tensors
+# through Triton's interpreter: that is how tests/test_kernels.py checks them without a GPU.
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def available(t: torch.Tensor, head_dim: int) -> bool:
+    """Whether the fused kernels run for tensors like `t` (tl.arange needs a power-of-two head)."""
+    if not enabled or triton is None or head_dim & (head_dim - 1):
+        return False
+    return t.is_cuda or (_INTERPRETED and t.device.type == "cpu")
+
+
+if triton is not None:
+    @triton.jit
+    def _rope_kv_kernel(qkv_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr,
+                        stride_qkv, stride_row, stride_head, stride_pos,
+                        H: tl.constexpr, HD: tl.constexpr, ROT: tl.constexpr):
+        b = tl.program_id(0)
+        h = tl.program_id(1)
+        pos = tl.load(pos_ptr + b)
+        d = tl.arange(0, HD)
+        rotated = d < ROT
+        # NeoX halves: dim i of the rotary part pairs with i ± ROT/2; the rest pass through
+        # (cos 1, sin 0 gives x exactly).
+        partner = tl.where(rotated, (d + ROT // 2) % ROT, d)
+        cos = tl.load(cos_ptr + pos * ROT + d, mask=rotated, other=1.0)
+        sin = tl.load(sin_ptr + pos * ROT + d, mask=rotated, other=0.0)
+        src = qkv_ptr + b * stride_qkv + h * HD
+        q = tl.load(src + d).to(tl.float32) * cos + tl.load(src + partner).to(tl.float32) * sin
+        k = tl.load(src + H * HD + d).to(tl.float32) * cos + tl.load(src + H * HD + partner).to(tl.float32) * sin
+        v = tl.load(src + 2 * H * HD + d)
+        tl.store(q_ptr + (b * H + h) * HD + d, q.to(q_ptr.dtype.element_ty))
+        dst = b * stride_row + h * stride_head + pos * stride_pos + d
+        tl.store(k_ptr + dst, k.to(k_ptr.dtype.element_ty))
+        tl.store(v_ptr + dst, v)
+
+    @triton.jit
+    def _attn_chunk_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
+                           stride_row, stride_head, stride_pos, attn_len, qk_scale,
+                           H: tl.constexpr, HD: tl.constexpr, SPLITS: tl.constexpr,
+                           CHUNK_: tl.constexpr, BLOCK: tl.constexpr):
+        bh = tl.program_id(0)
+        split = tl.program_id(1)
+        b = bh // H
+        h = bh % H
+        # Keys 0..position are visible; padding rows sit at the scratch position, beyond any
+        # bucket, and so see the whole bucket (their output is discarded).
+        length = tl.minimum(tl.load(pos_ptr + b).to(tl.int32) + 1, attn_len)
+        start = split * CHUNK_
+        end = tl.minimum(start + CHUNK_, length)
+        d = tl.arange(0, HD)
+        q = tl.load(q_ptr + bh * HD + d).to(tl.float32) * qk_scale  # log2-domain scores
+        base = b * stride_row + h * stride_head
+        m = float("-inf")
+        l = 0.0
+        acc = tl.zeros([HD], dtype=tl.float32)
+        for n0 in range(start, end, BLOCK):
+            n = n0 + tl.arange(0, BLOCK)
+            valid = n < end
+            offs = base + n[:, None] * stride_pos + d[None, :]
+            k = tl.load(k_ptr + offs, mask=valid[:, None], other=0.0).to(tl.float32)
+            s = tl.where(valid, tl.sum(k * q[None, :], 1), float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 0))
+            p = tl.exp2(s - m_new)
+            alpha = tl.exp2(m - m_new)
+            v = tl.load(v_ptr + offs, mask=valid[:, None], other=0.0).to(tl.float32)
+            acc = acc * alpha + tl.sum(p[:, None] * v, 0)
+            l = l * alpha + tl.sum(p, 0)
+            m = m_new
+        # A chunk past the row's length keeps m = -inf, l = 0: weight exactly 0 in the merge.
+        out = bh * SPLITS + split
+        tl.store(m_ptr + out, m)
+        tl.store(l_ptr + out, l)
+        tl.store(acc_ptr + out * HD + d, acc)
+
+    @triton.jit
+    def _attn_merge_kernel(m_ptr, l_ptr, acc_ptr, out_ptr,
+                           HD: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr):
+        bh = tl.program_id(0)
+        s = tl.arange(0, SPLITS_P2)
+        d = tl.arange(0, HD)
+        inside = s < SPLITS
+        m = tl.load(m_ptr + bh * SPLITS + s, mask=inside, other=float("-inf"))
+        l = tl.load(l_ptr + bh * SPLITS + s, mask=inside, other=0.0)
+        acc = tl.load(acc_ptr + (bh * SPLITS + s)[:, None] * HD + d[None, :], mask=inside[:, None], other=0.0)
+        w = tl.exp2(m - tl.max(m, 0))  # chunk 0 always holds key 0, so the max is finite
+        total = tl.sum(acc * w[:, None], 0) / tl.sum(l * w, 0)
+        tl.store(out_ptr + bh * HD + d, total.to(out_ptr.dtype.element_ty))
+
+    @triton.jit
+    def _residual_ln_kernel(x_ptr, a_ptr, b_ptr, w_ptr, bias_ptr, x_out_ptr, h_out_ptr, eps,
+                            D: tl.constexpr, BLOCK_D: tl.constexpr, NORM: tl.constexpr):
+        row = tl.program_id(0)
+        d = tl.arange(0, BLOCK_D)
+        inside = d < D
+        # Rounded after each add, as `x + a + b` in the model dtype is.
+        x = tl.load(x_ptr + row * D + d, mask=inside, other=0.0)
+        x = (x + tl.load(a_ptr + row * D + d, mask=inside, other=0.0)).to(x_ptr.dtype.element_ty)
+        x = (x + tl.load(b_ptr + row * D + d, mask=inside, other=0.0)).to(x_ptr.dtype.element_ty)
+        tl.store(x_out_ptr + row * D + d, x, mask=inside)
+        if NORM:
+            xf = x.to(tl.float32)
+            mean = tl.sum(xf, 0) / D
+            centred = tl.where(inside, xf - mean, 0.0)
+            rstd = 1.0 / tl.sqrt(tl.sum(centred * centred, 0) / D + eps)
+            w = tl.load(w_ptr + d, mask=inside, other=0.0).to(tl.float32)
+            bias = tl.load(bias_ptr + d, mask=inside, other=0.0).to(tl.float32)
+            tl.store(h_out_ptr + row * D + d, (centred * rstd * w + bias).to(h_out_ptr.dtype.element_ty), mask=inside)
+
+
+def residual_layernorm(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                       ln: torch.nn.LayerNorm | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """x + a + b (the parallel block's residual) and, when `ln` is given, the next block's
+    LayerNorm of it, in one pass: (x_new, ln(x_new) or None). All [B, D] contiguous."""
+    rows, dim = x.shape
+    assert x.is_contiguous() and a.is_contiguous() and b.is_contiguous() and a.shape == b.shape == x.shape
+    x_new = torch.empty_like(x)
+    h = torch.empty_like(x) if ln is not None else x_new
+    _residual_ln_kernel[(rows,)](x, a, b, ln.weight if ln is not None else x, ln.bias if ln is not None else x,
+                                 x_new, h, ln.eps if ln is not None else 0.0,
+                                 D=dim, BLOCK_D=triton.next_power_of_2(dim), NORM=ln is not None,
+                                 num_warps=4 if dim >= 1024 else 1)
+    return x_new, h if ln is not None else None
+
+
+def rope_kv_write(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                  k_cache: torch.Tensor, v_cache: torch.Tensor, rotary_dims: int) -> torch.Tensor:
+    """qkv [B, 3·H·hd] → rotated q [B, H, hd]; rotated k and v written to row b, position
+    positions[b] of k_cache/v_cache [rows, H, max_len, hd]. cos/sin: fp32 [max_len, rotary_dims]."""
+    b = qkv.shape[0]
+    _, h, _, hd = k_cache.shape
+    assert qkv.shape[1] == 3 * h * hd and qkv.stride(1) == 1 and k_cache.stride() == v_cache.stride()
+    assert cos.is_contiguous() and sin.is_contiguous() and cos.shape[1] == rotary_dims
+    q = torch.empty(b, h, hd, device=qkv.device, dtype=qkv.dtype)
+    _rope_kv_kernel[(b, h)](qkv, cos, sin, positions, q, k_cache, v_cache,
+                            qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+                            H=h, HD=hd, ROT=rotary_dims, num_warps=1)
+    return q
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
+                     attn_len: int, *, chunk: int = CHUNK, block: int = BLOCK_N, num_warps: int = ATTN_WARPS) -> torch.Tensor:
+    """q [B, H, hd]; row b attends to keys 0..min(positions[b], attn_len - 1) of cache row b
+    ([rows, H, max_len, hd]). Returns [B, H·hd] in q's dtype."""
+    b, h, hd = q.shape
+    assert k_cache.stride() == v_cache.stride() and k_cache.stride(3) == 1 and q.is_contiguous()
+    splits = triton.cdiv(attn_len, chunk)
+    m = torch.empty(b * h * splits, device=q.device, dtype=torch.float32)
+    l = torch.empty_like(m)
+    acc = torch.empty(b * h * splits, hd, device=q.device, dtype=torch.float32)
+    _attn_chunk_kernel[(b * h, splits)](q, k_cache, v_cache, positions, m, l, acc,
+                                        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), attn_len,
+                                        hd ** -0.5 * math.log2(math.e),
+                                        H=h, HD=hd, SPLITS=splits, CHUNK_=chunk, BLOCK=block, num_warps=num_warps)
+    out = torch.empty(b, h * hd, device=q.device, dtype=q.dtype)
+    _attn_merge_kernel[(b * h,)](m, l, acc, out, HD=hd, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits),
+                                 num_warps=1)
+    return out

@@ -1,0 +1,146 @@
+"""Checks of engine/kernels.py run under Triton's CPU interpreter (TRITON_INTERPRET=1).
+
+Not collected by pytest: tests/test_kernels.py runs each `check_*` in a fresh interpreter with
+the variable set (Triton reads it when the kernels are defined, so it cannot be switched on
+inside a process that already imported them). Each check compares the fused kernels with the
+PyTorch decode path that they replace on CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+assert os.environ.get("TRITON_INTERPRET") == "1", "run through tests/test_kernels.py"
+
+from engine import kernels  # noqa: E402
+from engine.config import TINY, TextConfig  # noqa: E402
+from engine.layers import decode_attention as torch_attention  # noqa: E402
+from engine.text import apply_rope_, rope_tables  # noqa: E402
+
+# (heads, head_dim, rotary_dims): the tiny, embedded and moondream2 head shapes
+HEAD_SHAPES = [(4, 16, 8), (8, 32, 16), (2, 64, 32)]
+
+
+def check_rope_kv_write() -> None:
+    gen = torch.Generator().manual_seed(0)
+    for heads, hd, rot in HEAD_SHAPES:
+        cfg = TextConfig(dim=heads * hd, n_heads=heads, rotary_dims=rot, max_context=200)
+        cos, sin = rope_tables(cfg, 200, "cpu")
+        rows, max_len = 5, 200
+        positions = torch.tensor([0, 37, 150, max_len - 1])  # the last is a padding row's scratch position
+        b = len(positions)
+        qkv = torch.randn(b, 3 * heads * hd, generator=gen)
+        k_cache, v_cache = torch.randn(2, rows, heads, max_len, hd, generator=gen)
+        want_k, want_v = k_cache.clone(), v_cache.clone()
+        q = kernels.rope_kv_write(qkv, cos, sin, positions, k_cache, v_cache, rot)
+        ref = qkv.view(b, 3, heads, hd).clone()
+        apply_rope_(ref[:, :2], cos[positions][:, None, None], sin[positions][:, None, None], rot)
+        rows_idx = torch.arange(b)
+        want_k[rows_idx, :, positions] = ref[:, 1]
+        want_v[rows_idx, :, positions] = ref[:, 2]
+        torch.testing.assert_close(q, ref[:, 0], rtol=0, atol=1e-6)
+        torch.testing.assert_close(k_cache, want_k, rtol=0, atol=1e-6)  # and nothing else written
+        assert torch.equal(v_cache, want_v)
+
+
+def check_decode_attention() -> None:
+    gen = torch.Generator().manual_seed(1)
+    heads, hd, max_len = 3, 16, 400
+    k_cache, v_cache = torch.randn(2, 6, heads, max_len, hd, generator=gen) * 2
+    # Lengths on and around chunk edges (64 keys), one key, and padding rows at the scratch
+    # position beyond the bucket (they see the whole bucket).
+    for attn_len, positions in ((256, [0, 63, 64, 65, 200, max_len - 1]), (64, [10, 63, max_len - 1]), (320, [319, 128])):
+        pos = torch.tensor(positions)
+        b = len(pos)
+        q = torch.randn(b, heads, hd, generator=gen)
+        visible = torch.arange(attn_len)[None, :] <= pos[:, None]
+        bias = torch.zeros(b, attn_len).masked_fill_(~visible, float("-inf"))
+        bias = bias[:, None, :, None].expand(b, heads, attn_len, 1).reshape(b * heads, attn_len, 1)
+        want = torch_attention(q[:, :, None], k_cache[:b, :, :attn_len], v_cache[:b, :, :attn_len], bias)
+        got = kernels.decode_attention(q, k_cache, v_cache, pos, attn_len)
+        torch.testing.assert_close(got, want.reshape(b, -1), rtol=1e-5, atol=1e-5)
+        # bf16 cache: fp32 accumulation inside, one rounding of the output
+        got16 = kernels.decode_attention(q.bfloat16(), k_cache.bfloat16(), v_cache.bfloat16(), pos, attn_len)
+        assert got16.dtype == torch.bfloat16
+        torch.testing.assert_close(got16.float(), want.reshape(b, -1), rtol=0.05, atol=0.05)
+
+
+def check_residual_layernorm() -> None:
+    gen = torch.Generator().manual_seed(2)
+    for dim in (48, 64):  # a non-power-of-two width exercises the masked tail
+        x, a, b = torch.randn(3, 5, dim, generator=gen)
+        ln = torch.nn.LayerNorm(dim)
+        with torch.no_grad():
+            ln.weight.normal_(generator=gen)
+            ln.bias.normal_(generator=gen)
+            x_new, h = kernels.residual_layernorm(x, a, b, ln)
+            assert torch.equal(x_new, x + a + b)
+            torch.testing.assert_close(h, ln(x + a + b), rtol=1e-5, atol=1e-5)
+            x_last, none = kernels.residual_layernorm(x, a, b, None)
+            assert none is None and torch.equal(x_last, x + a + b)
+
+
+def check_decode_step() -> None:
+    """One whole decode step of the tiny model: fused path against the PyTorch path."""
+    from engine.checkpoint import init_random_
+    from engine.model import MoondreamModel
+    from engine.text import KVCache
+
+    model = MoondreamModel(TINY, device="cpu", dtype=torch.float32)
+    init_random_(model, seed=0)
+    text = model.text
+    kv = KVCache.allocate(text.cfg, 4, 300, device="cpu", dtype=torch.float32)
+    kv.k.normal_(generator=torch.Generator().manual_seed(3))
+    kv.v.normal_(generator=torch.Generator().manual_seed(4))
+    fused_kv = KVCache(kv.k.clone(), kv.v.clone())
+    positions = torch.tensor([5, 130, 200, 299])
+    embeds = torch.randn(4, text.cfg.dim, generator=torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        assert kernels.available(embeds, text.cfg.head_dim)
+        got = text.decode(embeds, fused_kv, positions, 256)
+        kernels.enabled = False
+        want = text.decode(embeds, kv, positions, 256)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fused_kv.k, kv.k, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(fused_kv.v, kv.v, rtol=1e-6, atol=1e-6)
+
+
+def check_engine_matches_reference() -> None:
+    """The pipelined and blocking engines with the fused kernels give the reference decoder's
+    outputs (PyTorch path), request for request, on a batch that decodes to the object cap."""
+    from engine.checkpoint import init_random_
+    from engine.engine import Engine
+    from engine.image import load_image, overlap_crop_image
+    from engine.model import MoondreamModel
+    from engine.reference import reference_generate
+    from engine.skills import prompt_ids
+    from engine.tokenizer import build_tokenizer
+
+    torch.set_num_threads(1)
+    assert kernels.available(torch.zeros(1), TINY.text.head_dim)
+    model = MoondreamModel(TINY, device="cpu", dtype=torch.float32)
+    init_random_(model, seed=0)
+    with torch.no_grad():
+        model.text.lm_head.bias[TINY.tokens.coord_id] += 8.0  # every request decodes to its cap
+    tokenizer = build_tokenizer(vocab_size=TINY.text.vocab_size)
+    rng = np.random.default_rng(0)
+    requests = [((rng.random((90 + 20 * i, 120, 3)) * 255).astype(np.uint8), ["point", "detect"][i % 2], 2 + i % 3)
+                for i in range(5)]
+    outputs = {}
+    for pipelined in (True, False):
+        engine = Engine(model, tokenizer, max_batch=4, pipelined=pipelined, prefix_cache_size=0)
+        handles = [engine.submit(image, skill, "red circle", max_objects=n) for image, skill, n in requests]
+        while engine.step():
+            pass
+        outputs[pipelined] = [h.result() for h in handles]
+    kernels.enabled = False
+    want = []
+    for image, skill, n in requests:
+        crops = overlap_crop_image(load_image(image), TINY.vision)
+        prompt = prompt_ids(TINY.tokens, lambda s: tokenizer.encode(s).ids, skill, "red circle")
+        want.append(reference_generate(model, crops, prompt, skill, n))
+    assert outputs[True] == outputs[False] == want, (outputs, want)
+    assert all(len(w["points" if s == "point" else "objects"]) == n for w, (_, s, n) in zip(want, requests))
