@@ -80,7 +80,7 @@ def decode_batch(batch):
             width, height = picture.size
         except ImageError as e:
             error = _blob(str(e))
-        except Exception as e:  # MemoryError, a decoder bug: this image only (as app.batch.process)
+        except Exception as e:  # MemoryError, a decoder bug: this image only (as app.batch.start_one)
             error = _blob(request_error(e))
         out["idx"].append(idx)
         out["width"].append(width)
@@ -97,7 +97,8 @@ def decode_batch(batch):
 # ---- stage 2: engine replicas -----------------------------------------------------------------
 
 class EngineReplica:
-    """One engine per actor; each call submits its whole batch, then collects every result."""
+    """One engine per actor; each call submits its whole batch, then collects every result.
+    Two calls may run at once (threads of the actor): the engine is thread-safe and batches them."""
 
     def __init__(self, *, weights: str | None, device: str, dtype: str, max_batch: int, max_objects: int, task: str,
                  obj: str) -> None:
@@ -282,7 +283,10 @@ def _build(ray, args, root: Path, todo: list[str], obj: str, max_objects: int):
                                    device=device, dtype=args.dtype, max_batch=args.max_batch,
                                    max_objects=max_objects, task=args.task, obj=obj),
         batch_size=per_call, batch_format="pyarrow",
-        compute=ActorPoolStrategy(size=args.replicas, max_tasks_in_flight_per_actor=2),
+        # Two calls run at once in each replica: the engine takes the next batch while the last
+        # requests of the previous one finish, instead of draining to a small decode batch.
+        compute=ActorPoolStrategy(size=args.replicas, max_tasks_in_flight_per_actor=3,
+                                  max_concurrent_calls_per_actor=2, enable_true_multi_threading=True),
         num_gpus=gpus, num_cpus=1.0 if gpus > 0 else 0.5)
 
 

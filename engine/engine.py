@@ -257,7 +257,8 @@ class Engine:
         items = self._admit()
         if items:
             rows = [seq.row for seq, _ in items]
-            for (seq, _), fresh in zip(items, self.runner.launch_prefill([item for _, item in items])):
+            prefill = self.runner.launch_prefill([item for _, item in items], keep_prefixes=self.prefix_cache.capacity > 0)
+            for (seq, _), fresh in zip(items, prefill):
                 if fresh is not None:
                     self.prefix_cache.put(seq.image_key, fresh)
             self.scheduler.on_launch(rows, advance_position=False)

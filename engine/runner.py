@@ -84,23 +84,26 @@ class ModelRunner:
 
     # ---- forwards -----------------------------------------------------------------------
     @torch.inference_mode()
-    def launch_prefill(self, items: list[PrefillItem]) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
+    def launch_prefill(self, items: list[PrefillItem], *,
+                       keep_prefixes: bool = True) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
         """Image prefixes (encoded or copied from cache) then one batched prompt prefill.
 
-        Returns, per item, the freshly computed image prefix K/V (for the prefix cache) or None.
+        Returns, per item, a copy of the freshly computed image prefix K/V (for the prefix cache),
+        or None for a prefix that came from the cache or when `keep_prefixes` is false.
         """
         model, text, dev = self.model, self.model.text, self.device
         plen = self.cfg.prefix_len
-        fresh = []
+        encode = [item for item in items if item.prefix is None]
         with self.streams.on_compute():
             for item in items:
                 if item.prefix is not None:
                     self.kv.copy_prefix(item.row, item.prefix)
-                    fresh.append(None)
-                else:
-                    rows = torch.tensor([item.row], device=dev)
-                    text.prefill(model.encode_image(item.crops), self.kv, rows, torch.zeros(1, dtype=torch.long, device=dev))
-                    fresh.append(self.kv.read_prefix(item.row, plen))
+            if encode:  # every new image of this step in one vision batch and one prefix prefill
+                rows = torch.tensor([item.row for item in encode], device=dev)
+                text.prefill(model.encode_images([item.crops for item in encode]), self.kv, rows,
+                             torch.zeros(len(encode), dtype=torch.long, device=dev))
+            fresh = [self.kv.read_prefix(item.row, plen) if item.prefix is None and keep_prefixes else None
+                     for item in items]
             longest = max(len(i.prompt) for i in items)
             ids = torch.zeros(len(items), longest, dtype=torch.long)
             for n, item in enumerate(items):

@@ -180,8 +180,8 @@ def test_stream_yields_objects_as_committed(eager_ckpt, tokenizer):
 def test_identical_image_reuses_cached_prefix(tiny_model64, tokenizer, monkeypatch):
     engine = Engine(tiny_model64, tokenizer, max_batch=4)
     calls = []
-    encode = tiny_model64.encode_image
-    monkeypatch.setattr(tiny_model64, "encode_image", lambda crops: calls.append(1) or encode(crops))
+    encode = tiny_model64.encode_images
+    monkeypatch.setattr(tiny_model64, "encode_images", lambda images: calls.extend(images) or encode(images))
     a = engine.submit(IMAGES[2], "point", "star", max_objects=2)
     b = engine.submit(IMAGES[2].copy(), "detect", "blue", max_objects=2)
     engine.run_until_idle()
