@@ -3,7 +3,7 @@ with the same semantics, used on the CPU and as the test oracle).
 
 Why: in a CUDA graph a decode step is a chain of ~19 small kernels per layer, and at batch 1
 their fixed cost, not memory traffic, is the step time; at batch 32 the two batched GEMMs of
-single-query attention read K and V at about a third of the H200's bandwidth. Two kernels
+single-query attention read K and V at about a third of the H200's bandwidth. Three kernels
 replace the hot spots:
 
 * `rope_kv_write`: partial rotary embedding of q and k, and the K/V cache write at each row's
@@ -12,6 +12,11 @@ replace the hot spots:
   split-K ("flash decoding"): every (row, head, key chunk) is one program, so even batch 1
   fills the GPU; a second kernel merges the chunks in a fixed order, so results are
   bit-for-bit reproducible (was 4 kernels: baddbmm, softmax, cast, bmm).
+* `residual_layernorm`: the parallel block's two residual adds and the next block's LayerNorm
+  (was 3 kernels).
+
+With them the moondream2 step on an H200 went from 2.50 / 4.64 ms to 1.57 / 2.87 ms at batch
+1 / 32 (README, "Decode-step performance").
 
 Numerics: rotary in fp32 rounded once to the cache dtype, as `engine.text.apply_rope_`;
 scores, softmax and the weighted sum in fp32 (the PyTorch path rounds scores to bf16 before
@@ -31,7 +36,7 @@ try:
 except ImportError:  # CPU-only installs: the PyTorch path is used
     triton = None
 
-# Split-K shape, from a sweep on an H200 (moondream2 heads, 832 keys, .device runs): 64 keys
+# Split-K shape, from a sweep on an H200 (moondream2 heads, 832 keys): 64 keys
 # per program in one 64-key tile with 2 warps read K/V at 3.5 TB/s at batch 32 (128/64/4 warps:
 # 2.9 TB/s; the batched GEMMs: 1.7 TB/s) and took 5.3 µs at batch 1 (GEMMs: 17.5 µs).
 CHUNK = 64     # keys per split-K program
