@@ -32,6 +32,9 @@ Columns (one row per mode):
   marginal      with --baseline N0: each mode also runs on the first N0 images only (--limit N0, own
                 OUT), and (images - N0) / (wall s - wall s of that run): the fixed start-up and
                 shutdown costs cancel, leaving the steady-state rate (noisy when inference is short).
+  steady        from one run: images/s between the moments the 10th and the 90th percentile image
+                was recorded (results.jsonl is watched while the child runs): start-up, the
+                ramp and the tail are left out.
 
 `ray/single` is the ratio of the ray row to the single row for each rate. The results of the modes
 are compared image by image (results.jsonl: every field but "ms", any line order; floats within
@@ -55,6 +58,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -81,6 +85,7 @@ class Run:
     tail: str = ""                          # end of the child's output, kept when it failed
     baseline: Run | None = None             # the same mode on the first --baseline images
     marginal_images_per_s: float | None = None
+    steady_images_per_s: float | None = None  # between the 10th and 90th percentile completions
 
 
 # ---- inputs ------------------------------------------------------------------------------------
@@ -142,21 +147,60 @@ def batch_command(args: argparse.Namespace, mode: str, images: Path, out: Path, 
     return cmd
 
 
+def completion_times(out: Path, proc: subprocess.Popen, start: float, poll: float = 0.05) -> list[float]:
+    """Seconds after `start` at which each line of OUT/results.jsonl appeared, watched while
+    `proc` runs (app.batch appends one line per finished image)."""
+    times: list[float] = []
+    offset = 0
+    path = out / "results.jsonl"
+    while True:
+        running = proc.poll() is None
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                new = f.read()
+        except FileNotFoundError:
+            new = b""
+        offset += len(new)
+        now = time.perf_counter() - start
+        times.extend([now] * new.count(b"\n"))
+        if not running:
+            return times
+        time.sleep(poll)
+
+
+def steady_rate(times: list[float], images: int) -> float | None:
+    """Images/s between the 10th and the 90th percentile completion: start-up and the tail cancel."""
+    lo, hi = math.ceil(0.1 * images), math.floor(0.9 * images)
+    if len(times) < hi or hi - lo < 2 or times[hi - 1] <= times[lo - 1]:
+        return None
+    return (hi - lo) / (times[hi - 1] - times[lo - 1])
+
+
 def run_mode(cmd: list[str], mode: str, images: int, out: Path, timeout: float | None) -> Run:
-    """Run one child from an empty OUT; time it; parse its `speed:` line."""
+    """Run one child from an empty OUT; time it and each image's completion; parse its `speed:` line."""
     shutil.rmtree(out, ignore_errors=True)
     run = Run(mode=mode, images=images, command=cmd, out=str(out))
     start = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=timeout)
-        run.rc, text = proc.returncode, proc.stdout
-    except subprocess.TimeoutExpired as e:
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
+        timer = threading.Timer(timeout, proc.kill) if timeout else None
+        if timer:
+            timer.start()
+        try:
+            times = completion_times(out, proc, start)
+        finally:
+            if timer:
+                timer.cancel()
+        run.wall_s = time.perf_counter() - start
+        log.seek(0)
+        text = log.read()
+    run.rc = proc.returncode
+    if run.rc is not None and run.rc < 0 and timeout and run.wall_s >= timeout:
         run.rc = None
-        text = (e.stdout or b"").decode("utf-8", "replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         text += f"\n[bench_batch: killed after {timeout} s]"
-    run.wall_s = time.perf_counter() - start
     run.wall_images_per_s = images / run.wall_s
+    run.steady_images_per_s = steady_rate(times, images)
     found = SPEED.findall(text)
     if found:
         rate, n, elapsed = found[-1]
@@ -202,10 +246,12 @@ def _num(value: float | None, fmt: str) -> str:
 
 
 def table(runs: list[Run]) -> str:
-    lines = [f"{'mode':<7} {'images':>6} {'rc':>4} {'wall s':>8} {'app img/s':>10} {'wall img/s':>11} {'marginal':>9}"]
+    lines = [f"{'mode':<7} {'images':>6} {'rc':>4} {'wall s':>8} {'app img/s':>10} {'wall img/s':>11} {'marginal':>9} "
+             f"{'steady':>7}"]
     for r in runs:
         lines.append(f"{r.mode:<7} {r.images:>6} {str(r.rc):>4} {r.wall_s:>8.2f} {_num(r.app_images_per_s, '.1f'):>10} "
-                     f"{_num(r.wall_images_per_s, '.2f'):>11} {_num(r.marginal_images_per_s, '.2f'):>9}")
+                     f"{_num(r.wall_images_per_s, '.2f'):>11} {_num(r.marginal_images_per_s, '.2f'):>9} "
+                     f"{_num(r.steady_images_per_s, '.2f'):>7}")
     return "\n".join(lines)
 
 
@@ -214,7 +260,7 @@ def ratios(runs: list[Run]) -> dict[str, float | None]:
     if "single" not in by_mode or "ray" not in by_mode:
         return {}
     out: dict[str, float | None] = {}
-    for key in ("app_images_per_s", "wall_images_per_s", "marginal_images_per_s"):
+    for key in ("app_images_per_s", "wall_images_per_s", "marginal_images_per_s", "steady_images_per_s"):
         a, b = getattr(by_mode["ray"], key), getattr(by_mode["single"], key)
         out[key] = a / b if a is not None and b else None
     return out

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from app import bench_batch as bench
 from app.bench_batch import compare, main, same
 
 ARGS = ["--images", "3", "--size", "64-160", "--max-objects", "2"]
@@ -92,3 +93,11 @@ def test_single_and_ray_agree(tmp_path, eager_ckpt, capsys):
         ray["wall_images_per_s"] / single["wall_images_per_s"])
     out = capsys.readouterr().out
     assert "ray/single: " in out and "results: identical" in out
+
+
+def test_steady_rate_leaves_out_start_up_and_tail():
+    # 100 images: the first 10 arrive late (start-up), then one every 0.1 s, then a slow tail.
+    times = [5.0] * 10 + [5.0 + 0.1 * i for i in range(1, 81)] + [20.0 + i for i in range(10)]
+    assert bench.steady_rate(times, 100) == pytest.approx(80 / 8.0)
+    assert bench.steady_rate(times[:50], 100) is None  # the run did not get to its 90th percentile
+    assert bench.steady_rate([1.0, 2.0], 2) is None    # too few images to leave anything out
