@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 import torch
 
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through tests/test_kernels.py"
@@ -113,11 +112,9 @@ def check_engine_matches_reference() -> None:
     outputs (PyTorch path), request for request, on a batch that decodes to the object cap."""
     from engine.checkpoint import init_random_
     from engine.engine import Engine
-    from engine.image import load_image, overlap_crop_image
     from engine.model import MoondreamModel
-    from engine.reference import reference_generate
-    from engine.skills import prompt_ids
     from engine.tokenizer import build_tokenizer
+    from tests.test_engine import IMAGES, reference
 
     torch.set_num_threads(1)
     assert kernels.available(torch.zeros(1), TINY.text.head_dim)
@@ -126,21 +123,15 @@ def check_engine_matches_reference() -> None:
     with torch.no_grad():
         model.text.lm_head.bias[TINY.tokens.coord_id] += 8.0  # every request decodes to its cap
     tokenizer = build_tokenizer(vocab_size=TINY.text.vocab_size)
-    rng = np.random.default_rng(0)
-    requests = [((rng.random((90 + 20 * i, 120, 3)) * 255).astype(np.uint8), ["point", "detect"][i % 2], 2 + i % 3)
-                for i in range(5)]
+    requests = [(i % len(IMAGES), ["point", "detect"][i % 2], 2 + i % 3) for i in range(5)]
     outputs = {}
     for pipelined in (True, False):
         engine = Engine(model, tokenizer, max_batch=4, pipelined=pipelined, prefix_cache_size=0)
-        handles = [engine.submit(image, skill, "red circle", max_objects=n) for image, skill, n in requests]
+        handles = [engine.submit(IMAGES[image], skill, "red circle", max_objects=n) for image, skill, n in requests]
         while engine.step():
             pass
         outputs[pipelined] = [h.result() for h in handles]
     kernels.enabled = False
-    want = []
-    for image, skill, n in requests:
-        crops = overlap_crop_image(load_image(image), TINY.vision)
-        prompt = prompt_ids(TINY.tokens, lambda s: tokenizer.encode(s).ids, skill, "red circle")
-        want.append(reference_generate(model, crops, prompt, skill, n))
+    want = [reference(model, tokenizer, image, skill, "red circle", n) for image, skill, n in requests]
     assert outputs[True] == outputs[False] == want, (outputs, want)
     assert all(len(w["points" if s == "point" else "objects"]) == n for w, (_, s, n) in zip(want, requests))
