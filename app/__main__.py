@@ -18,7 +18,7 @@ import os
 import sys
 
 from app.common import DTYPES
-from engine.skills import MAX_OBJECTS_LIMIT
+from engine import MAX_OBJECTS_LIMIT, UI_MAX_OBJECTS
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -33,10 +33,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-batch", type=int, default=16, help="most requests decoded together (default 16)")
     p.add_argument("--concurrency", type=int, default=32,
                    help="most requests the UI runs at once, all batched by the engine (default 32)")
-    p.add_argument("--max-objects-limit", type=int, default=100, metavar="N",
+    p.add_argument("--max-objects-limit", type=int, default=UI_MAX_OBJECTS, metavar="N",
                    help=f"largest 'Max objects' a user may ask for, 1-{MAX_OBJECTS_LIMIT}; the engine's memory "
-                        "grows with it "
-                        "(default 100)")
+                        f"grows with it (default {UI_MAX_OBJECTS})")
     p.add_argument("--samples", default=None, metavar="DIR", help="folder of sample images (default assets/samples)")
     p.add_argument("--max-upload-mb", type=float, default=25.0, metavar="MB",
                    help="largest upload accepted, in MiB (default 25); larger ones are refused")
@@ -66,7 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from app.common import open_engine
-    from engine.checkpoint import CheckpointError
+    from engine import CheckpointError
 
     try:
         engine = open_engine(args.weights, device=args.device, dtype=args.dtype, max_batch=args.max_batch,

@@ -41,34 +41,18 @@ optional extra (``pip install -e .[ray]``). Without ``--ray`` nothing imports Ra
 """
 
 from __future__ import annotations
-
 import argparse
-import json
-import os
 import sys
-import tempfile
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from app.common import DTYPES
+from app.job import (RESULTS_NAME, LOADERS, UsageError, default_out, find_images, Journal, Job, new_record, request_error, draw_into, redraw, install_sigint, drain_on_sigint, check_prompt_length, plan, commit, report)
 
-from app.common import DTYPES, IMAGE_SUFFIXES
-
-RESULTS_NAME = "results.jsonl"
-LOADERS = 4  # threads that decode, submit and draw (requests in flight need none)
-COCO_NAME = "coco.json"
-ANNOTATED_NAME = "annotated"
-
-
-class UsageError(Exception):
-    """Bad invocation or unusable output folder: exit status 2."""
-
-
-# ---- arguments and files ---------------------------------------------------------------------
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from engine.skills import DEFAULT_MAX_OBJECTS
+    from engine import DEFAULT_MAX_OBJECTS
 
     p = argparse.ArgumentParser(prog="python -m app.batch",
                                 description="Point/detect one object in every image of a folder (JSONL + COCO).")
@@ -110,165 +94,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def default_out(root: Path) -> Path:
-    root = root.resolve()
-    if root.parent == root:  # filesystem root
-        return Path.cwd() / "annotations"
-    return root.parent / f"{root.name}-annotations"
-
-
-def find_images(root: Path, *, recursive: bool, exclude: Path | None = None) -> list[str]:
-    """Relative POSIX paths of the image files under root, sorted; `exclude` (a folder) is skipped."""
-    excluded = exclude.resolve() if exclude is not None else None
-    found: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        if not recursive:
-            dirnames[:] = []
-        else:
-            dirnames[:] = sorted(d for d in dirnames
-                                 if not d.startswith(".") and (excluded is None or (here / d).resolve() != excluded))
-        for name in filenames:
-            if name.startswith(".") or Path(name).suffix.lower() not in IMAGE_SUFFIXES:
-                continue
-            # not only regular files: a FIFO or a broken / looping symlink gets an error record (folders are walked)
-            found.append((here / name).relative_to(root).as_posix())
-    return sorted(found)
-
-
-class Journal:
-    """results.jsonl: locked for this run, torn tail repaired on open, appended with fsync."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.repaired = 0  # bytes cut off a torn tail
-        if path.is_symlink():
-            raise UsageError(f"{path} is a symbolic link; refusing to write through it (remove it)")
-        self._f = open(path, "a+b")
-        try:
-            import fcntl
-            fcntl.flock(self._f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except ImportError:  # not POSIX: no lock
-            pass
-        except OSError:
-            self._f.close()
-            raise UsageError(f"another app.batch run is using {path.parent} (the results file is locked)") from None
-        self._lock = threading.Lock()
-
-    def load(self) -> dict[str, dict]:
-        """Records by path (the last line of a path wins), after cutting off a torn tail."""
-        self._f.seek(0)
-        data = self._f.read()
-        records: dict[str, dict] = {}
-        good_end, bad_line = 0, None   # byte offset after the last valid line; first invalid line
-        offset = 0
-        for number, raw in enumerate(data.split(b"\n"), start=1):
-            end = offset + len(raw) + 1
-            line = raw.strip()
-            if line:
-                rec = _parse(line)
-                if rec is None:
-                    bad_line = bad_line or number
-                else:
-                    if bad_line is not None:
-                        raise UsageError(f"{self.path}: line {bad_line} is not a valid record, but later lines are; "
-                                         "the file was edited or written by two programs at once; fix or delete "
-                                         "that line")
-                    records[rec["path"]] = rec
-                    good_end = min(end, len(data))
-            offset = end
-        if good_end < len(data) and bad_line is not None:  # torn tail: cut it off
-            self._f.truncate(good_end)
-            os.fsync(self._f.fileno())
-            self.repaired = len(data) - good_end
-        elif data and not data.endswith(b"\n"):  # complete last record missing its newline
-            self._write(b"\n")
-        return records
-
-    def append(self, record: dict) -> None:
-        try:
-            line = json.dumps(record, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:  # a file name that is not valid UTF-8: escape it (still round-trips)
-            line = json.dumps(record, ensure_ascii=True).encode("ascii")
-        self._write(line + b"\n")
-
-    def _write(self, payload: bytes) -> None:
-        """One os.write per record (O_APPEND), then fsync: a crash leaves at most a torn last line."""
-        with self._lock:
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(self._f.fileno(), view):]
-            os.fsync(self._f.fileno())
-
-    def close(self) -> None:
-        self._f.close()
-
-
-def _parse(line: bytes) -> dict | None:
-    try:
-        rec = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    if not isinstance(rec, dict) or not isinstance(rec.get("path"), str):
-        return None
-    if "result" not in rec and "error" not in rec:
-        return None
-    return rec
-
-
-def save_image_atomic(image, target: Path, root: Path) -> None:
-    """Save under `root` only (refuses a target that resolves elsewhere), via a temp file + rename."""
-    if root.is_symlink() or not target.parent.resolve().is_relative_to(root.resolve()):  # before mkdir creates
-        raise OSError(f"refusing to write {target} outside {root}")                    # anything elsewhere
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if not target.parent.resolve().is_relative_to(root.resolve()):
-        raise OSError(f"refusing to write {target} outside {root}")
-    fmt = {".jpg": "JPEG", ".jpeg": "JPEG", ".tif": "TIFF", ".tiff": "TIFF"}.get(target.suffix.lower(),
-                                                                               target.suffix[1:].upper())
-    fd, tmp = tempfile.mkstemp(prefix=".draw-", suffix=target.suffix, dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            image.save(f, format=fmt, **({"quality": 92} if fmt == "JPEG" else {}))
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-# ---- the run ---------------------------------------------------------------------------------
-
-@dataclass
-class Job:
-    root: Path
-    task: str
-    obj: str
-    max_objects: int
-    annotated: Path | None
-    stop: threading.Event = field(default_factory=threading.Event)
-
-
-def new_record(job: Job, rel: str) -> dict:
-    """The fields every record starts with (width/height filled in once the image is read)."""
-    return {"path": rel, "width": None, "height": None, "task": job.task, "object": job.obj,
-            "max_objects": job.max_objects}
-
-
-def request_error(e: Exception) -> str:
-    """The recorded error of a request that the engine failed."""
-    return f"{type(e).__name__}: {' '.join(str(e).split())}"
-
-
-def draw_into(job: Job, rel: str, picture, record: dict) -> None:
-    """Write OUT/annotated/<rel> for a record with a result; a write failure goes into the record."""
-    from app.draw import draw_result
-
-    picture_drawn = draw_result(picture, record["result"], job.obj)
-    try:
-        save_image_atomic(picture_drawn, job.annotated / rel, job.annotated)
-    except OSError as e:
-        record["draw_error"] = str(e)
-
-
 @dataclass
 class Submitted:
     """An image handed to the engine; its record is built when `handle.future` completes."""
@@ -282,8 +107,8 @@ class Submitted:
 def start_one(engine, job: Job, rel: str) -> Submitted | dict | None:
     """Load one image and submit it. Returns the request in flight, the image's error record,
     or None when stopped before submitting."""
-    from engine.engine import EngineBusy
-    from engine.image import ImageError, load_image
+    from engine import EngineBusy
+    from engine.model.image import ImageError, load_image
 
     base = new_record(job, rel)
     start = time.perf_counter()
@@ -320,69 +145,8 @@ def finish_one(job: Job, done: Submitted) -> dict:
     return record
 
 
-def redraw(job: Job, record: dict) -> None:
-    """Draw an image recorded by an earlier run (no inference) when its annotated copy is missing."""
-    from app.draw import draw_result
-    from engine.image import ImageError, load_image
-
-    try:
-        picture = load_image(job.root / record["path"])
-        drawn = draw_result(picture, record["result"], job.obj)
-        save_image_atomic(drawn, job.annotated / record["path"], job.annotated)
-    except (ImageError, OSError) as e:
-        print(f"warning: could not draw {record['path']}: {e}", file=sys.stderr)
-
-
-def _install_sigint(handler):
-    """Set a SIGINT handler (main thread only); returns the previous one, or None."""
-    import signal
-
-    if handler is None or threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGINT, handler)
-
-
-def drain_on_sigint(job: Job, doing: str):
-    """Install the Ctrl-C policy: the first stops new work and lets `doing` finish; the second
-    exits at once (every record written so far is complete; a torn one is repaired next run).
-    Returns the previous handler, for `_install_sigint` to restore."""
-
-    def on_sigint(signum, frame):
-        if job.stop.is_set():
-            os._exit(130)
-        job.stop.set()
-        print(f"\ninterrupted: {doing} (Ctrl-C again to abort)", file=sys.stderr)
-
-    return _install_sigint(on_sigint)
-
-
-def _show(text: str) -> str:
-    """Printable on any UTF-8 stream, even with undecodable file names (shown as \\udcXX)."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _count(rec: dict) -> int:
-    result = rec.get("result") or {}
-    return len(result.get("objects", result.get("points", [])))
-
-
-def check_prompt_length(weights: str | None, task: str, obj: str) -> None:
-    """RequestError when `obj` encodes to more tokens than a prompt may hold (checked once, up front).
-    An unreadable checkpoint is left for the model loader to report."""
-    from engine.config import TokenConfig
-    from engine.engine import DEFAULT_WEIGHTS
-    from engine.skills import prompt_ids
-    from engine.tokenizer import load_tokenizer
-
-    try:
-        tokenizer = load_tokenizer(Path(weights if weights is not None else DEFAULT_WEIGHTS) / "tokenizer.json")
-    except Exception:  # noqa: BLE001 - reported by open_engine with the right message
-        return
-    prompt_ids(TokenConfig(), lambda s: tokenizer.encode(s).ids, task, obj)
-
-
 def run(args: argparse.Namespace) -> int:
-    from engine.skills import validate_request
+    from engine.serving.skills import validate_request
 
     if args.ray:
         from app.batch_ray import require_ray
@@ -424,42 +188,12 @@ def run(args: argparse.Namespace) -> int:
         journal.close()
 
 
-def plan(args, root: Path, out: Path, records: dict[str, dict], images: list[str], obj: str,
-         max_objects: int) -> tuple[list[str], int, Job, list[dict]]:
-    """What this run does: (images to infer, images skipped as recorded, the job, records to redraw)."""
-    def done(rel: str) -> bool:
-        rec = records.get(rel)
-        return rec is not None and not ("error" in rec and args.retry_errors)
-
-    todo = [rel for rel in images if not done(rel)]
-    skipped = len(images) - len(todo)
-    if args.limit is not None:
-        todo = todo[: args.limit]
-    annotated = out / ANNOTATED_NAME if args.draw else None
-    job = Job(root, args.task, obj, max_objects, annotated)
-    pending = set(todo)
-    redraws = [records[rel] for rel in images if annotated is not None and rel in records
-               and "result" in records[rel] and rel not in pending and not (annotated / rel).exists()]
-    return todo, skipped, job, redraws
-
-
-def commit(journal: Journal, records: dict[str, dict], rec: dict, bar) -> bool:
-    """Append a finished image's record (and show a failure); returns True when it failed."""
-    journal.append(rec)
-    records[rec["path"]] = rec
-    failed = "error" in rec
-    if failed:
-        bar.write(_show(f"failed: {rec['path']}: {rec['error']}"), file=sys.stderr)
-    bar.update(1)
-    return failed
-
-
 def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict], images: list[str], obj: str,
          max_objects: int) -> int:
     from tqdm import tqdm
 
     from app.common import open_engine
-    from engine.checkpoint import CheckpointError
+    from engine.model.checkpoint import CheckpointError
 
     todo, skipped, job, redraws = plan(args, root, out, records, images, obj, max_objects)
     annotated = job.annotated
@@ -475,9 +209,8 @@ def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict]
 
     new_ok = new_failed = 0
     started = time.perf_counter()
-    # A few threads load, submit and draw; requests in flight hold no thread. With one thread per
-    # request in flight (64 decoding JPEGs beside the engine thread) an H200 run went at 37
-    # images/s; with LOADERS threads at 53-58 (README, "Throughput on one GPU").
+    # A few threads load, submit and draw; requests in flight hold no thread (measured effect:
+    # README, "Throughput on one GPU").
     pool = ThreadPoolExecutor(max_workers=LOADERS, thread_name_prefix="batch")
     bar = tqdm(total=len(todo), unit="img", disable=args.quiet or not todo, file=sys.stderr, dynamic_ncols=True)
 
@@ -511,41 +244,13 @@ def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict]
                         new_ok += 1
         wait(side)
     finally:
-        _install_sigint(previous)
+        install_sigint(previous)
         bar.close()
         pool.shutdown(wait=False, cancel_futures=True)
         if engine is not None:
             engine.close()
     return report(args, root, out, journal, records, images, obj, annotated, skipped=skipped, new_ok=new_ok,
                   new_failed=new_failed, elapsed=time.perf_counter() - started, interrupted=job.stop.is_set())
-
-
-def report(args, root: Path, out: Path, journal: Journal, records: dict[str, dict], images: list[str], obj: str,
-           annotated: Path | None, *, skipped: int, new_ok: int, new_failed: int, elapsed: float,
-           interrupted: bool) -> int:
-    """Write coco.json, print the summary; returns the exit status."""
-    from app.coco import to_coco, write_coco
-
-    current = [records[rel] for rel in images if rel in records]
-    write_coco(out / COCO_NAME, to_coco(current, task=args.task, obj=obj))
-    failures = [r for r in current if "error" in r]
-    objects = sum(_count(r) for r in current)
-    new = new_ok + new_failed
-    rate = new / elapsed if elapsed > 0 and new else 0.0
-    remaining = len(images) - len(current)
-    print(f"images: {len(images)} in {root} ({new} new, {skipped} already recorded"
-          f"{f', {remaining} left for a later run' if remaining else ''})")
-    print(f"objects: {objects} ({args.task} {obj!r})" + (" [points]" if args.task == "point" else ""))
-    print(f"failures: {len(failures)}" + (f" ({new_failed} new)" if new_failed else ""))
-    for rec in failures[:10]:
-        print(_show(f"  {rec['path']}: {rec['error']}"))
-    if len(failures) > 10:
-        print(f"  ... and {len(failures) - 10} more (see {journal.path})")
-    print(f"speed: {rate:.1f} images/s ({new} images in {elapsed:.1f} s)")
-    print(f"wrote: {journal.path}, {out / COCO_NAME}" + (f", {annotated}/" if annotated is not None else ""))
-    if interrupted:
-        return 130
-    return 1 if failures else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -557,6 +262,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+
 if __name__ == "__main__":
-    from app import batch  # the importable module: app.batch_ray raises its UsageError, not __main__'s
-    sys.exit(batch.main())
+    sys.exit(main())

@@ -4,15 +4,15 @@
     (driver)        map_batches (tasks)       map_batches (actors)    iter_batches, as results stream
 
 * **decode** (Ray tasks, one CPU each): every image is read and decoded with
-  ``engine.image.load_image`` (EXIF, colour modes, size limit: exactly what the single-process
+  ``engine.model.image.load_image`` (EXIF, colour modes, size limit: exactly what the single-process
   path does) into RGB uint8 pixels, shipped on as raw bytes + width/height. An image that cannot
   be read becomes an error row, never an exception.
 * **infer** (:class:`EngineReplica`, an actor pool of ``--replicas`` actors with
-  ``--gpus-per-replica`` GPUs each): each actor holds one :class:`~engine.engine.Engine`, submits
+  ``--gpus-per-replica`` GPUs each): each actor holds one :class:`~engine.serving.engine.Engine`, submits
   a whole batch (``--window`` images) at once so the engine decodes them together, then collects
   the results.
 * **driver**: consumes the rows as they stream, turns each into the record the single-process
-  path writes (``app.batch.new_record`` / ``commit`` / ``report``: same JSONL lines, same COCO, same
+  path writes (``app.job.new_record`` / ``commit`` / ``report``: same JSONL lines, same COCO, same
   ``--draw`` output, same resume and exit rules), drawing on a small local thread pool.
 
 Nothing here imports Ray at module level; ``require_ray`` turns a missing install into a usage
@@ -34,7 +34,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from app.batch import (COCO_NAME, Job, UsageError, _install_sigint, commit, drain_on_sigint, draw_into, new_record,
+from app.job import (COCO_NAME, Job, UsageError, commit, drain_on_sigint, draw_into, install_sigint, new_record,
                        plan, redraw, report, request_error)
 
 RAY_EXTRA_HINT = "install with pip install -e .[ray]"
@@ -68,7 +68,7 @@ def decode_batch(batch):
     import numpy as np
     import pyarrow as pa
 
-    from engine.image import ImageError, load_image
+    from engine.model.image import ImageError, load_image
 
     out = {"idx": [], "width": [], "height": [], "pixels": [], "error": [], "ms": []}
     for idx, file in zip(batch.column("idx").to_pylist(), batch.column("file").to_pylist()):
@@ -112,8 +112,8 @@ class EngineReplica:
         import numpy as np
         import pyarrow as pa
 
-        from engine.engine import EngineBusy
-        from engine.image import ImageError
+        from engine import EngineBusy
+        from engine.model.image import ImageError
 
         rows = batch.select(["idx", "width", "height", "pixels", "error", "ms"]).to_pylist()
         handles: list = [None] * len(rows)
@@ -212,9 +212,9 @@ def _check_weights(args) -> None:
     the weights. With --address, a directory that does not exist here may exist on the cluster's
     nodes: it is then left to the replicas.
     """
-    from engine.checkpoint import WEIGHTS_FILE, CheckpointError, check_tensors, load_config, read_header
-    from engine.engine import DEFAULT_WEIGHTS
-    from engine.tokenizer import load_tokenizer
+    from engine.model.checkpoint import WEIGHTS_FILE, CheckpointError, check_tensors, load_config, read_header
+    from engine.serving.engine import DEFAULT_WEIGHTS
+    from engine.model.tokenizer import load_tokenizer
 
     directory = Path(args.weights) if args.weights is not None else DEFAULT_WEIGHTS
     if args.address is not None and not directory.exists():
@@ -313,7 +313,7 @@ def _record(job: Job, rel: str, shown_file: str, row: dict) -> dict:
 
 
 def _draw(job: Job, rec: dict) -> dict:
-    from engine.image import ImageError, load_image
+    from engine.model.image import ImageError, load_image
 
     try:
         picture = load_image(job.root / rec["path"])
@@ -419,7 +419,7 @@ def run_ray(args, root: Path, out: Path, journal, records: dict[str, dict], imag
         settle(drawing)
         wait(side)
     finally:
-        _install_sigint(previous)
+        install_sigint(previous)
         bar.close()
         pool.shutdown(wait=False, cancel_futures=True)
         if owned:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.engine import DEFAULT_WEIGHTS, Engine
-from engine.skills import MAX_OBJECTS_LIMIT
+from engine import DEFAULT_WEIGHTS, MAX_OBJECTS_LIMIT, CheckpointError, Engine
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 DTYPES = ("fp32", "bf16", "fp16")
@@ -15,16 +14,11 @@ def open_engine(weights: str | Path | None, *, device: str = "cpu", dtype: str =
                 max_objects: int = MAX_OBJECTS_LIMIT) -> Engine:
     """Load a checkpoint (None: the embedded model) sized for requests of up to `max_objects` objects.
 
-    Raises engine.checkpoint.CheckpointError (a ValueError) with a readable message when the
+    Raises engine.CheckpointError (a ValueError) with a readable message when the
     directory is missing or is not a checkpoint.
     """
-    from engine.checkpoint import CheckpointError, load_config
-
     directory = Path(weights) if weights is not None else DEFAULT_WEIGHTS
     if not directory.is_dir():
         hint = "" if weights is not None else " (the embedded model is not installed; pass --weights DIR)"
         raise CheckpointError(f"checkpoint directory {str(directory)!r} does not exist{hint}")
-    cfg = load_config(directory)
-    # KV positions per row: image prefix + prompt (object text) + 3 tokens per box + EOS.
-    max_len = min(cfg.text.max_context, cfg.prefix_len + 64 + 3 * max_objects + 2)
-    return Engine.from_pretrained(directory, device=device, dtype=dtype, max_batch=max_batch, max_len=max_len)
+    return Engine.from_pretrained(directory, device=device, dtype=dtype, max_batch=max_batch, max_objects=max_objects)

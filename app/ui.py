@@ -1,6 +1,6 @@
 """The Gradio 6 Blocks UI: upload an image (or pick a sample), type an object, Point or Detect.
 
-All sessions share one started :class:`~engine.engine.Engine`; the two events run
+All sessions share one started :class:`~engine.serving.engine.Engine`; the two events run
 concurrently (one concurrency group, `concurrency` requests at a time), so requests from
 several users are batched together by the engine.
 
@@ -35,10 +35,7 @@ import gradio as gr  # noqa: E402
 
 from app.common import IMAGE_SUFFIXES  # noqa: E402
 from app.draw import draw_result  # noqa: E402
-from engine.engine import Engine, EngineBusy  # noqa: E402
-from engine.image import ImageError, load_image  # noqa: E402
-from engine.scheduler import DeadlineExceeded  # noqa: E402
-from engine.skills import DEFAULT_MAX_OBJECTS, MAX_OBJECTS_LIMIT, RequestError, validate_request  # noqa: E402
+from engine import DEFAULT_MAX_OBJECTS, MAX_OBJECTS_LIMIT, DeadlineExceeded, Engine, EngineBusy, ImageError, RequestError, load_image, validate_request  # noqa: E402
 
 __all__ = ["build_demo", "launch", "sample_images", "friendly_upload_errors", "DEFAULT_SAMPLES", "IMAGE_SUFFIXES",
            "MAX_UPLOAD_BYTES", "REQUEST_TIMEOUT_S", "QUEUE_SIZE"]

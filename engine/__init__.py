@@ -1,0 +1,67 @@
+"""mdpipe's engine: the public API.
+
+    from engine import Engine, EngineConfig
+    engine = Engine.from_pretrained(device="cuda", dtype="bf16", max_batch=32).start()
+    engine.detect("photo.jpg", "car")     # {"objects": [{"x_min", "y_min", "x_max", "y_max"}, ...]}
+
+Names are resolved lazily (PEP 562), so `import engine.training.train` or `import
+engine.model` does not load the serving stack (grammars, outlines-core).
+
+Rooms: `engine.serving` (step loop, scheduler, skills, limits), `engine.worker` (runner,
+slots, streams, pipeline state), `engine.model` (network, checkpoint, tokenizer, reference
+decoder), `engine.kernels` (Triton with PyTorch fallbacks), `engine.training` (scenes,
+training, evaluation), `engine.tools` (benchmarks, soak).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_EXPORTS = {
+    "Engine": "engine.serving.engine",
+    "RequestHandle": "engine.serving.engine",
+    "DEFAULT_WEIGHTS": "engine.serving.engine",
+    "EngineConfig": "engine.serving.config",
+    "RequestError": "engine.serving.errors",
+    "EngineBusy": "engine.serving.errors",
+    "Cancelled": "engine.serving.errors",
+    "DeadlineExceeded": "engine.serving.errors",
+    "ImageError": "engine.model.image",
+    "load_image": "engine.model.image",
+    "CheckpointError": "engine.model.checkpoint",
+    "SKILLS": "engine.serving.skills",
+    "validate_request": "engine.serving.skills",
+    "Point": "engine.serving.skills",
+    "Box": "engine.serving.skills",
+    "PointResult": "engine.serving.skills",
+    "DetectResult": "engine.serving.skills",
+    "DEFAULT_MAX_OBJECTS": "engine.serving.limits",
+    "MAX_OBJECTS_LIMIT": "engine.serving.limits",
+    "UI_MAX_OBJECTS": "engine.serving.limits",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on first use
+    from engine.model.checkpoint import CheckpointError  # noqa: F401
+    from engine.model.image import ImageError, load_image  # noqa: F401
+    from engine.serving.config import EngineConfig  # noqa: F401
+    from engine.serving.engine import DEFAULT_WEIGHTS, Engine, RequestHandle  # noqa: F401
+    from engine.serving.errors import Cancelled, DeadlineExceeded, EngineBusy, RequestError  # noqa: F401
+    from engine.serving.limits import DEFAULT_MAX_OBJECTS, MAX_OBJECTS_LIMIT, UI_MAX_OBJECTS  # noqa: F401
+    from engine.serving.skills import SKILLS, Box, DetectResult, Point, PointResult, validate_request  # noqa: F401

@@ -11,11 +11,12 @@ import argparse
 import json
 import sys
 
-from engine.checkpoint import CheckpointError, random_state_dict, save_checkpoint
-from engine.config import PRESETS
-from engine.image import ImageError
-from engine.skills import DEFAULT_MAX_OBJECTS, RequestError
-from engine.tokenizer import build_tokenizer
+from engine.model.checkpoint import CheckpointError, random_state_dict, save_checkpoint
+from engine.model.config import PRESETS
+from engine.model.image import ImageError
+from engine.serving.errors import RequestError
+from engine.serving.limits import DEFAULT_MAX_OBJECTS
+from engine.training.vocab import build_tokenizer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.preset} checkpoint to {args.out_dir}")
         return 0
 
-    from engine.engine import Engine  # imported late: random-checkpoint needs no engine
+    from engine.serving.engine import Engine  # imported late: random-checkpoint needs no engine
 
     try:
         engine = Engine.from_pretrained(args.weights, device=args.device, dtype=args.dtype, max_batch=1,

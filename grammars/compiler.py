@@ -44,7 +44,7 @@ class GrammarCompiler:
             if auto is not None:
                 return auto
             try:
-                auto = _build(spec, alphabet)
+                auto = build_automaton(spec, alphabet)
             except BaseException:
                 with self._lock:
                     self._building.pop(key, None)
@@ -68,7 +68,7 @@ class GrammarCompiler:
             self.compile(spec, alphabet)
 
 
-def _build(spec: GrammarSpec, alphabet: TokenAlphabet) -> Automaton:
+def build_automaton(spec: GrammarSpec, alphabet: TokenAlphabet) -> Automaton:
     pattern = resolve(spec)
     _check_syntax(spec, pattern.regex, alphabet.eos_id)
     ids: dict[bytes, list[int]] = {}

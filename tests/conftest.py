@@ -15,9 +15,9 @@ import pytest
 import torch
 from PIL import Image
 
-from engine.checkpoint import load_model, random_state_dict, save_checkpoint
-from engine.config import TINY
-from engine.tokenizer import build_tokenizer
+from engine.model.checkpoint import load_model, random_state_dict, save_checkpoint
+from engine.model.config import TINY
+from engine.training.vocab import build_tokenizer
 
 TINY_SEED = 0
 # lm_head bias offsets that decide "another object?" (coord id 5 vs EOS id 0) before anything else

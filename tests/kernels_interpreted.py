@@ -14,10 +14,10 @@ import torch
 
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through tests/test_kernels.py"
 
-from engine import kernels  # noqa: E402
-from engine.config import TINY, TextConfig  # noqa: E402
-from engine.layers import decode_attention as torch_attention  # noqa: E402
-from engine.text import apply_rope_, rope_tables  # noqa: E402
+from engine.kernels import decode as kernels  # noqa: E402
+from engine.model.config import TINY, TextConfig  # noqa: E402
+from engine.model.layers import decode_attention as torch_attention  # noqa: E402
+from engine.model.text import apply_rope_, rope_tables  # noqa: E402
 
 # (heads, head_dim, rotary_dims): the tiny, embedded and moondream2 head shapes
 HEAD_SHAPES = [(4, 16, 8), (8, 32, 16), (2, 64, 32)]
@@ -84,9 +84,9 @@ def check_residual_layernorm() -> None:
 
 def check_decode_step() -> None:
     """One whole decode step of the tiny model: fused path against the PyTorch path."""
-    from engine.checkpoint import init_random_
-    from engine.model import MoondreamModel
-    from engine.text import KVCache
+    from engine.model.checkpoint import init_random_
+    from engine.model.moondream import MoondreamModel
+    from engine.model.text import KVCache
 
     model = MoondreamModel(TINY, device="cpu", dtype=torch.float32)
     init_random_(model, seed=0)
@@ -99,9 +99,8 @@ def check_decode_step() -> None:
     embeds = torch.randn(4, text.cfg.dim, generator=torch.Generator().manual_seed(5))
     with torch.inference_mode():
         assert kernels.available(embeds, text.cfg.head_dim)
-        got = text.decode(embeds, fused_kv, positions, 256)
-        kernels.enabled = False
-        want = text.decode(embeds, kv, positions, 256)
+        got = text.decode(embeds, fused_kv, positions, 256, kernels="triton")
+        want = text.decode(embeds, kv, positions, 256, kernels="torch")
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(fused_kv.k, kv.k, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(fused_kv.v, kv.v, rtol=1e-6, atol=1e-6)
@@ -110,10 +109,10 @@ def check_decode_step() -> None:
 def check_engine_matches_reference() -> None:
     """The pipelined and blocking engines with the fused kernels give the reference decoder's
     outputs (PyTorch path), request for request, on a batch that decodes to the object cap."""
-    from engine.checkpoint import init_random_
-    from engine.engine import Engine
-    from engine.model import MoondreamModel
-    from engine.tokenizer import build_tokenizer
+    from engine.model.checkpoint import init_random_
+    from engine.serving.engine import Engine
+    from engine.model.moondream import MoondreamModel
+    from engine.training.vocab import build_tokenizer
     from tests.test_engine import IMAGES, reference
 
     torch.set_num_threads(1)
@@ -126,12 +125,11 @@ def check_engine_matches_reference() -> None:
     requests = [(i % len(IMAGES), ["point", "detect"][i % 2], 2 + i % 3) for i in range(5)]
     outputs = {}
     for pipelined in (True, False):
-        engine = Engine(model, tokenizer, max_batch=4, pipelined=pipelined, prefix_cache_size=0)
+        engine = Engine(model, tokenizer, max_batch=4, pipelined=pipelined, prefix_cache_size=0, kernels="triton")
         handles = [engine.submit(IMAGES[image], skill, "red circle", max_objects=n) for image, skill, n in requests]
         while engine.step():
             pass
         outputs[pipelined] = [h.result() for h in handles]
-    kernels.enabled = False
     want = [reference(model, tokenizer, image, skill, "red circle", n) for image, skill, n in requests]
     assert outputs[True] == outputs[False] == want, (outputs, want)
     assert all(len(w["points" if s == "point" else "objects"]) == n for w, (_, s, n) in zip(want, requests))

@@ -27,9 +27,9 @@ from gradio_client import Client, handle_file  # noqa: E402
 
 from app.common import open_engine  # noqa: E402
 from app.draw import PALETTE, draw_result  # noqa: E402
-from app.screenshot import find_chromium, free_port, run_in_browser  # noqa: E402
+from app.tools.screenshot import find_chromium, free_port, run_in_browser  # noqa: E402
 from app.ui import build_demo, sample_images  # noqa: E402
-from engine.image import load_image  # noqa: E402
+from engine.model.image import load_image  # noqa: E402
 from tests.conftest import make_checkpoint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -254,7 +254,7 @@ def test_cli_defaults_and_errors(tmp_path):
 
 
 def test_missing_browser_is_reported_with_the_fix(monkeypatch):
-    import app.screenshot as shot
+    import app.tools.screenshot as shot
 
     monkeypatch.setattr(shot, "CHROMIUM_CANDIDATES", ("/nonexistent/chromium",))
     monkeypatch.setenv("PATH", "/nonexistent")

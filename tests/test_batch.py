@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +15,12 @@ from PIL import Image, ImageDraw
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from app.batch import Journal, UsageError, default_out, find_images, main
+from app.batch import main
+from app.job import Journal, UsageError, default_out, find_images
 from app.common import open_engine
 from app.draw import draw_result
-from engine.image import load_image
+from engine.model.image import load_image
+from tests import batch_child
 from tests.conftest import make_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -188,19 +189,14 @@ def test_interrupted_runs_resume_without_loss_or_duplicates(tmp_path, weights):
     assert "55 left for a later run" in r.stdout
     assert len(read_jsonl(jsonl)) == 5
 
-    def start_and_wait(lines: int) -> subprocess.Popen:
-        proc = subprocess.Popen(cmd + ["--window", "1", "--max-batch", "1"], cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while len(jsonl.read_bytes().splitlines()) < lines:
-            assert proc.poll() is None, "the run ended before it could be interrupted"
-            assert time.monotonic() < deadline, "no progress"
-            time.sleep(0.005)
-        return proc
+    def start_paused(new_records: int) -> subprocess.Popen:
+        """The run, stopped right after its `new_records`-th new record is on disk."""
+        return batch_child.start(new_records, cmd[3:] + ["--window", "1", "--max-batch", "1"], cwd=ROOT)
 
-    # 2. Ctrl-C: the images in flight are finished and recorded, coco.json written, exit 130.
-    proc = start_and_wait(8)
+    # 2. Ctrl-C after 3 new records: the images in flight are finished and recorded, coco.json written, exit 130.
+    proc = start_paused(3)
     proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGCONT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr
@@ -209,7 +205,7 @@ def test_interrupted_runs_resume_without_loss_or_duplicates(tmp_path, weights):
     assert len(COCO(str(out / "coco.json")).dataset["images"]) == len(done)
 
     # 3. SIGKILL mid-run, then a torn line as a crash in the middle of a write would leave.
-    proc = start_and_wait(len(done) + 3)
+    proc = start_paused(3)
     proc.kill()
     proc.wait(timeout=30)
     kept = jsonl.read_bytes()

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app import bench_batch as bench
-from app.bench_batch import compare, main, same
+from app.tools import bench_batch as bench
+from app.tools.bench_batch import compare, main, same
 
 ARGS = ["--images", "3", "--size", "64-160", "--max-objects", "2"]
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import engine.checkpoint as ckpt
-from engine.checkpoint import (
+import engine.model.checkpoint as ckpt
+from engine.model.checkpoint import (
     CheckpointError,
     expected_tensors,
     load_config,
@@ -26,7 +26,7 @@ from engine.checkpoint import (
     read_header,
     save_checkpoint,
 )
-from engine.config import MOONDREAM2, TINY, MoondreamConfig
+from engine.model.config import MOONDREAM2, TINY, MoondreamConfig
 
 from .conftest import torch_threads, write_tiny_checkpoint
 

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.checkpoint import load_model, random_state_dict
-from engine.config import TINY
-from engine.image import load_image, overlap_crop_image
-from engine.reference import reference_generate
-from engine.skills import prompt_ids
-from engine.tokenizer import load_tokenizer
+from engine.model.checkpoint import load_model, random_state_dict
+from engine.model.config import TINY
+from engine.model.image import load_image, overlap_crop_image
+from engine.model.reference import reference_generate
+from engine.serving.skills import prompt_ids
+from engine.model.tokenizer import load_tokenizer
 
 from .conftest import torch_threads
 

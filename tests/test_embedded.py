@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.engine import DEFAULT_WEIGHTS, Engine
-from engine.scenes import scene_batch
+from engine import DEFAULT_WEIGHTS, Engine
+from engine.training.scenes import scene_batch
 
 SEED = 2024  # neither the training seeds (0, 1) nor the evaluation seed (12345)
 
@@ -25,7 +25,7 @@ def engine():
 
 def test_default_weights_are_the_embedded_model(engine):
     assert DEFAULT_WEIGHTS.name == "model" and DEFAULT_WEIGHTS.parent.name == "assets"
-    assert engine.config.text.vocab_size == 512  # the `embedded` preset, not moondream2
+    assert engine.model_config.text.vocab_size == 512  # the `embedded` preset, not moondream2
 
 
 def test_finds_the_objects_of_fixed_scenes(engine):

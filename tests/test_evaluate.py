@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.evaluate import (average_precision, best_iou_pairs, box_iou, check_targets, detect_metrics, format_table,
+from engine.training.evaluate import (average_precision, best_iou_pairs, box_iou, check_targets, detect_metrics, format_table,
                              greedy_tp, point_in_object, point_metrics)
-from engine.scenes import SceneObject, scene_batch
+from engine.training.scenes import SceneObject, scene_batch
 
 A = (0.1, 0.1, 0.3, 0.3)
 B = (0.5, 0.5, 0.9, 0.7)

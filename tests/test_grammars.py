@@ -326,13 +326,13 @@ def test_uncompletable_states_are_pruned(compiler):
 @pytest.fixture
 def count_builds(monkeypatch):
     builds = []
-    real = grammars.compiler._build
+    real = grammars.compiler.build_automaton
 
     def counting(spec, alpha):
         builds.append(spec)
         return real(spec, alpha)
 
-    monkeypatch.setattr(grammars.compiler, "_build", counting)
+    monkeypatch.setattr(grammars.compiler, "build_automaton", counting)
     return builds
 
 

@@ -15,7 +15,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,8 @@ import pytest
 from PIL import Image
 
 from app.batch import main as batch_main
+
+from tests import batch_child
 
 from .conftest import torch_threads
 
@@ -81,15 +82,11 @@ def test_repeated_sigkill_then_resume(tmp_path, tiny_ckpt):
     for round_ in range(4):
         before = len(jsonl_lines(jsonl)[0])
         target = before + rng.randint(1, 8)
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 90
-        while len(jsonl_lines(jsonl)[0]) < target and proc.poll() is None:
-            assert time.monotonic() < deadline, "no progress"
-            time.sleep(0.005)
-        time.sleep(rng.uniform(0, 0.05))  # a random point: between records, mid-inference, mid-write
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            kills += 1
+        # The run stops itself right after its target-th new record; killed there, the next request
+        # may be mid-inference (half a written line is planted separately, below).
+        proc = batch_child.start(target - before, cmd[3:], cwd=ROOT, env=env)
+        proc.send_signal(signal.SIGKILL)
+        kills += 1
         _, stderr = proc.communicate(timeout=30)
         if "cut a torn last line" in stderr:
             repaired = True

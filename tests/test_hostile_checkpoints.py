@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-import engine.checkpoint as ckpt
-from engine.checkpoint import CheckpointError, expected_tensors, load_config, load_model
-from engine.config import TINY
+import engine.model.checkpoint as ckpt
+from engine.model.checkpoint import CheckpointError, expected_tensors, load_config, load_model
+from engine.model.config import TINY
 
 from .conftest import torch_threads
 
@@ -85,7 +85,7 @@ MEASURE = r"""
 import json, resource, sys
 import torch
 torch.set_num_threads(1)
-from engine.checkpoint import CheckpointError, load_model
+from engine.model.checkpoint import CheckpointError, load_model
 load_model(sys.argv[1])  # warm up: a real (tiny) load, so the baseline includes torch's own allocations
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 out = {}

@@ -4,14 +4,11 @@ stalls or breaks the others, and every pool returns to idle afterwards."""
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
 
-from engine.engine import Engine, EngineBusy
-from engine.scheduler import DeadlineExceeded
-from engine.sequence import Cancelled
+from engine import Cancelled, DeadlineExceeded, Engine, EngineBusy
 
 from .conftest import random_image, torch_threads
 
@@ -69,11 +66,9 @@ def test_failing_callback_cancel_and_deadline_never_stall_the_batch(eager_ckpt):
 def test_bounded_queue_answers_busy_then_recovers(tiny_ckpt):
     engine = Engine.from_pretrained(tiny_ckpt, max_batch=1, max_queue=3)  # not started: nothing drains
     handles = [engine.submit(IMAGES[i], "point", "star", max_objects=2) for i in range(3)]
-    t0 = time.perf_counter()
-    for _ in range(20):
+    for _ in range(20):  # refused at once: nothing drains the queue, so waiting would never return
         with pytest.raises(EngineBusy, match="busy.*try again"):
             engine.submit(IMAGES[3], "point", "star", max_objects=2)
-    assert time.perf_counter() - t0 < 1.0  # refused at once, not after waiting
     engine.start()
     try:
         for handle in handles:

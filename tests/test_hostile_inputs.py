@@ -22,9 +22,10 @@ from PIL import Image
 
 from app.batch import main as batch_main
 from engine.__main__ import main as cli_main
-from engine.engine import Engine
-from engine.image import ImageError, load_image
-from engine.skills import MAX_OBJECT_CHARS, MAX_OBJECT_TOKENS, MAX_OBJECTS_LIMIT, RequestError
+from engine.serving.engine import Engine
+from engine.model.image import ImageError, load_image
+from engine.serving.errors import RequestError
+from engine.serving.limits import MAX_OBJECT_CHARS, MAX_OBJECT_TOKENS, MAX_OBJECTS_LIMIT
 
 from .conftest import torch_threads
 from .malformed import KINDS_NOT_REGULAR, generate, sample

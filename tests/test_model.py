@@ -14,14 +14,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.checkpoint import load_model, random_state_dict
-from engine.config import MOONDREAM2, TINY
-from engine.engine import Engine
-from engine.image import overlap_crop_image
-from engine.reference import reference_generate
-from engine.region import coord_from_bin, coord_to_bin, fourier, size_from_bin, size_to_bin
-from engine.skills import ObjectBuilder, prompt_ids, tokens_per_object
-from engine.text import KVCache
+from engine.model.checkpoint import load_model, random_state_dict
+from engine.model.config import MOONDREAM2, TINY
+from engine.serving.engine import Engine
+from engine.model.image import overlap_crop_image
+from engine.model.reference import reference_generate
+from engine.model.region import coord_from_bin, coord_to_bin, fourier, size_from_bin, size_to_bin
+from engine.serving.limits import tokens_per_object
+from engine.serving.skills import ObjectBuilder, prompt_ids
+from engine.model.text import KVCache
 
 from .conftest import random_image, torch_threads, with_lm_bias, write_tiny_checkpoint
 

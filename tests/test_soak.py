@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,14 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_soak_600_requests_leaves_no_leak():
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    start = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "engine.soak", "--requests", "600", "--cancel-rate", "0.2"], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=60)
-    elapsed = time.monotonic() - start
     assert r.returncode == 0, r.stdout + r.stderr
     assert "pools back to baseline" in r.stdout, r.stdout
     assert "600 requests in" in r.stdout and "failed 0" in r.stdout, r.stdout
     counts = dict(part.rsplit(" ", 1) for part in r.stdout.splitlines()[0].split(": ", 1)[1].split(", "))
     assert int(counts["cancelled"]) > 0 and int(counts["rejected"]) > 0 and int(counts["completed"]) > 300, counts
     assert "Traceback" not in r.stderr
-    assert elapsed < 60

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.config import TINY
-from engine.scenes import QUERY_WORDS
-from engine.tokenizer import (MIN_VOCAB, SPECIAL_TOKENS, build_tokenizer, load_tokenizer, save_tokenizer)
+from engine.model.config import TINY
+from engine.training.scenes import QUERY_WORDS
+from engine.model.tokenizer import load_tokenizer, save_tokenizer
+from engine.training.vocab import MIN_VOCAB, SPECIAL_TOKENS, build_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 _TOK = build_tokenizer()
@@ -100,7 +101,7 @@ def test_extra_words():
 def test_deterministic(tok):
     assert build_tokenizer().to_str() == tok.to_str()
     assert build_tokenizer(400, ["zebra"]).to_str() == build_tokenizer(400, ["zebra"]).to_str()
-    code = "from engine.tokenizer import build_tokenizer; import sys; sys.stdout.write(build_tokenizer().to_str())"
+    code = "from engine.training.vocab import build_tokenizer; import sys; sys.stdout.write(build_tokenizer().to_str())"
     outs = set()
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed}

@@ -1,4 +1,4 @@
-"""Fused Triton kernels for the decode step (CUDA only; `engine.text` keeps a PyTorch path
+"""Fused Triton kernels for the decode step (CUDA only; `engine.model.text` keeps a PyTorch path
 with the same semantics, used on the CPU and as the test oracle).
 
 Why: in a CUDA graph a decode step is a chain of ~19 small kernels per layer, and at batch 1
@@ -15,10 +15,9 @@ replace the hot spots:
 * `residual_layernorm`: the parallel block's two residual adds and the next block's LayerNorm
   (was 3 kernels).
 
-With them the moondream2 step on an H200 went from 2.50 / 4.64 ms to 1.57 / 2.87 ms at batch
-1 / 32 (README, "Decode-step performance").
+Their measured effect is in the README ("Decode-step performance").
 
-Numerics: rotary in fp32 rounded once to the cache dtype, as `engine.text.apply_rope_`;
+Numerics: rotary in fp32 rounded once to the cache dtype, as `engine.model.text.apply_rope_`;
 scores, softmax and the weighted sum in fp32 (the PyTorch path rounds scores to bf16 before
 its fp32 softmax), output rounded once.
 """
@@ -36,25 +35,23 @@ try:
 except ImportError:  # CPU-only installs: the PyTorch path is used
     triton = None
 
-# Split-K shape, from a sweep on an H200 (moondream2 heads, 832 keys): 64 keys
-# per program in one 64-key tile with 2 warps read K/V at 3.5 TB/s at batch 32 (128/64/4 warps:
-# 2.9 TB/s; the batched GEMMs: 1.7 TB/s) and took 5.3 µs at batch 1 (GEMMs: 17.5 µs).
+# Split-K shape, chosen by a sweep on an H200 (moondream2 heads, 832 keys): 64 keys per program
+# in one 64-key tile with 2 warps was the fastest at batch 1 and 32 (README, "Decode-step performance").
 CHUNK = 64     # keys per split-K program
 BLOCK_N = 64   # keys per inner iteration
 ATTN_WARPS = 2
 
 
-enabled = True  # `python -m engine.bench --kernels torch` turns them off for an A/B
 # Under TRITON_INTERPRET=1 (read by Triton when the kernels are defined) they run on CPU tensors
 # through Triton's interpreter: that is how tests/test_kernels.py checks them without a GPU.
-_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def available(t: torch.Tensor, head_dim: int) -> bool:
     """Whether the fused kernels run for tensors like `t` (tl.arange needs a power-of-two head)."""
-    if not enabled or triton is None or head_dim & (head_dim - 1):
+    if triton is None or head_dim & (head_dim - 1):
         return False
-    return t.is_cuda or (_INTERPRETED and t.device.type == "cpu")
+    return t.is_cuda or (INTERPRETED and t.device.type == "cpu")
 
 
 if triton is not None:

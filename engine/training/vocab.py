@@ -20,22 +20,19 @@ No post-processor is attached: ``encode(text).ids`` never adds special tokens.
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Sequence
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-SPECIAL_TOKENS: list[str] = ["<|endoftext|>"] + [f"<|md_reserved_{i}|>" for i in range(9)]
-BOS_ID = EOS_ID = 0
-ANSWER_ID = 3
-COORD_ID = 5
-SIZE_ID = 6
-DETECT_ID = 10
-POINT_ID = 11
+from engine.model.config import TINY
+from engine.model.tokenizer import STARMIE_SPECIAL_TOKENS
+
+SPECIAL_TOKENS: list[str] = list(STARMIE_SPECIAL_TOKENS)
+DETECT_ID = TINY.tokens.detect_prefix[1]   # the prompt words the small presets' templates use
+POINT_ID = TINY.tokens.point_prefix[1]
 PINNED_WORDS: tuple[str, ...] = ("detect", "point")   # ids 10, 11
 
-# Words beyond the scene vocabulary (engine.scenes.QUERY_WORDS), in decreasing priority.
+# Words beyond the scene vocabulary (engine.training.scenes.QUERY_WORDS), in decreasing priority.
 PROMPT_WORDS: tuple[str, ...] = ("detect", "point", "query", "caption", "object", "objects", "all", "the", "a", "an")
 ENGLISH_WORDS: tuple[str, ...] = (
     "and", "of", "in", "on", "is", "are", "there", "this", "that", "with", "to", "it", "what",
@@ -49,7 +46,7 @@ MIN_VOCAB = len(SPECIAL_TOKENS) + 256 + sum(len(w) - 1 for w in PINNED_WORDS)
 
 def _corpus(extra_words: Sequence[str]) -> list[str]:
     """Training lines. Each word appears both bare and after a space; repetition sets merge priority."""
-    from engine.scenes import COLOURS, QUERY_WORDS, SHAPES
+    from engine.training.scenes import COLOURS, QUERY_WORDS, SHAPES
 
     lines: list[str] = [w for w in PINNED_WORDS for _ in range(2000)]   # their merges come first
     weighted: list[tuple[str, int]] = []
@@ -107,26 +104,3 @@ def build_tokenizer(vocab_size: int = 512, extra_words: Sequence[str] = ()) -> T
         assert tok.token_to_id(s) == i
     assert tok.token_to_id("detect") == DETECT_ID and tok.token_to_id("point") == POINT_ID
     return tok
-
-
-def save_tokenizer(tok: Tokenizer, path: str | os.PathLike) -> Path:
-    """Write `tok` as tokenizer.json. `path` may be a directory (tokenizer.json goes inside) or a file path."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "tokenizer.json"
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tok.save(str(p), pretty=True)
-    return p
-
-
-def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
-    """Read a tokenizer.json (or a directory holding one); ValueError if missing or unreadable."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "tokenizer.json"
-    if not p.is_file():
-        raise ValueError(f"tokenizer file not found: {p}")
-    try:
-        return Tokenizer.from_file(str(p))
-    except Exception as exc:  # tokenizers raises a bare Exception on bad JSON / schema
-        raise ValueError(f"cannot load tokenizer from {p}: {exc}") from exc

@@ -13,16 +13,16 @@ the CPU looks at step t, so the CPU's bookkeeping hides behind the GPU's forward
     copy         │ ▓ D2H t ▓   │                         │ ▓ H2D meta t+1 ▓│ │ ▓ D2H t+1 ▓ …
     stream       │ (slot t%2)  │                         │  (slot (t+1)%2) │ │ (waits `sampled`)
 
-- `_launch` → `ModelRunner.launch_decode` / `launch_prefill`: the forward reads token t and its
+- `_launch` → `Scheduler.admit` + `Runner.launch_prefill`, or `Scheduler.decode_plan` + `Runner.launch_decode`: the forward reads token t and its
   region value from device memory (`pending_*`), so nothing round-trips through the CPU.
-- `_commit` → `ModelRunner.read_results` + `Scheduler.commit`: the grammar state for t+1 is known
+- `_commit` → `Runner.read_results` + `Scheduler.commit`: the grammar state for t+1 is known
   only after this, which is why sampling (finalize) comes after it: forward now, sample later.
-- `_finalize` → `Scheduler.mask_states` + `ModelRunner.finalize`.
+- `_finalize` → `Scheduler.mask_states` + `Runner.finalize`.
 - A sequence that ends at commit t is already in batch t+1: it is a *zombie*, finalized at once
   (result delivered), masked as unconstrained, its token t+1 ignored, its KV row released when
   `inflight_refs` reaches zero.
 
-`pipelined=False` runs the same three verbs as a blocking loop (launch → finalize → commit,
+`EngineConfig(pipelined=False)` runs the same three verbs as a blocking loop (launch → finalize → commit,
 waiting for each step): the A/B baseline. Under greedy decoding both produce identical outputs.
 """
 
@@ -42,38 +42,39 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from engine.checkpoint import CheckpointError, load_model
-from engine.config import MoondreamConfig
-from engine.image import load_image, overlap_crop_image
-from engine.model import MoondreamModel
-from engine.pipeline import PipelineState, Step
-from engine.runner import ModelRunner, PrefillItem
-from engine.scheduler import Scheduler
-from engine.sequence import Cancelled, Sequence
-from engine.skills import DEFAULT_MAX_OBJECTS, RequestError, prompt_ids, tokens_per_object, validate_request
-from engine.tokenizer import load_tokenizer
+from engine.model.checkpoint import CheckpointError, load_model
+from engine.model.config import MoondreamConfig
+from engine.model.image import load_image, overlap_crop_image
+from engine.model.moondream import MoondreamModel
+from engine.model.tokenizer import load_tokenizer
+from engine.serving.config import EngineConfig
+from engine.serving.errors import Cancelled, DeadlineExceeded, EngineBusy, RequestError
+from engine.serving.limits import DEFAULT_MAX_OBJECTS, answer_budget, kv_positions
+from engine.serving.scheduler import Scheduler
+from engine.serving.sequence import Sequence
+from engine.serving.skills import prompt_ids, validate_request
+from engine.worker.pipeline import PipelineState, Step
+from engine.worker.protocol import Runner
+from engine.worker.runner import ModelRunner, PrefillItem
 from grammars import GrammarCompiler, MaskTable, TokenAlphabet, detect_grammar, point_grammar
 
-DEFAULT_WEIGHTS = Path(__file__).resolve().parent.parent / "assets" / "model"
-
-
-class EngineBusy(RuntimeError):
-    """The request queue is full; try again later."""
+DEFAULT_WEIGHTS = Path(__file__).resolve().parents[2] / "assets" / "model"
 
 
 @dataclass
 class RequestHandle:
+    """A submitted request: wait for its result or cancel it."""
+
     id: int
     future: Future
-    _seq: Sequence
-    _engine: "Engine"
+    seq: Sequence
+    engine: "Engine"
 
     def cancel(self) -> None:
-        self._seq.cancel_requested.set()
-        self._engine._wake.set()
+        self.engine.cancel(self)
 
     def result(self, timeout: float | None = None) -> dict:
-        return self._engine._wait(self.future, timeout)
+        return self.engine.wait(self.future, timeout)
 
 
 class PrefixCache:
@@ -97,28 +98,34 @@ class PrefixCache:
         while len(self.entries) > self.capacity:
             self.entries.popitem(last=False)
 
+    def __len__(self) -> int:
+        return len(self.entries)
+
 
 class Engine:
-    def __init__(self, model: MoondreamModel, tokenizer, *, max_batch: int = 16, max_len: int | None = None,
-                 pipelined: bool = True, prefix_cache_size: int = 8, use_graphs: bool | None = None,
-                 max_queue: int = 1024, max_prefill: int = 8, mask_capacity: int = 256) -> None:
+    """The serving loop over one model. `config` (or keyword overrides of its fields, e.g.
+    `Engine(model, tok, max_batch=32)`) sizes it; `runner` replaces the `ModelRunner` over
+    `model` (tests pass a CPU fake; then only `model.config` is read); `clock` is what deadlines
+    are measured with (seconds; tests inject their own)."""
+
+    def __init__(self, model: MoondreamModel, tokenizer, config: EngineConfig | None = None, *,
+                 runner: Runner | None = None, clock: Callable[[], float] = time.monotonic, **overrides) -> None:
+        config = (config or EngineConfig()).replace(**overrides) if overrides else (config or EngineConfig())
         cfg: MoondreamConfig = model.config
-        self.model, self.tokenizer, self.config = model, tokenizer, cfg
+        self.model, self.tokenizer, self.config, self.model_config = model, tokenizer, config, cfg
         if tokenizer.get_vocab_size() > cfg.text.vocab_size:
             raise CheckpointError(f"tokenizer has {tokenizer.get_vocab_size()} tokens but the model only {cfg.text.vocab_size}")
-        self.pipelined = pipelined
-        self.max_queue, self.max_prefill = max_queue, max_prefill
-        if max_len is None:
-            max_len = min(cfg.text.max_context, cfg.prefix_len + 64 + 3 * DEFAULT_MAX_OBJECTS + 2)
-        self.runner = ModelRunner(model, max_batch=max_batch, max_len=max_len, mask_capacity=mask_capacity,
-                                  use_graphs=use_graphs)
+        self.runner: Runner = runner if runner is not None else ModelRunner(
+            model, max_batch=config.max_batch, max_len=config.kv_positions(cfg), mask_capacity=config.mask_capacity,
+            use_graphs=config.use_graphs, kernels=config.kernels)
         t = cfg.tokens
-        self.scheduler = Scheduler(max_batch, self.runner.scratch_pos, t.coord_id, t.size_id, t.eos_id)
+        self.scheduler = Scheduler(config.max_batch, self.runner.scratch_pos, cfg.prefix_len, t.coord_id, t.size_id, t.eos_id)
         self.pipeline = PipelineState()
         self.alphabet = TokenAlphabet(vocab_size=cfg.text.vocab_size, eos_id=t.eos_id, coord_id=t.coord_id, size_id=t.size_id)
         self.compiler = GrammarCompiler()
-        self.masks = MaskTable(vocab_size=cfg.text.vocab_size, capacity=mask_capacity)
-        self.prefix_cache = PrefixCache(prefix_cache_size)
+        self.masks = MaskTable(vocab_size=cfg.text.vocab_size, capacity=config.mask_capacity)
+        self.prefix_cache = PrefixCache(config.prefix_cache_size)
+        self.clock = clock
         self._ids = itertools.count(1)
         self._inbox: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
         self._wake = threading.Event()
@@ -129,7 +136,7 @@ class Engine:
 
     @classmethod
     def from_pretrained(cls, weights: str | Path | None = None, *, device: str = "cpu", dtype: str = "fp32",
-                        **kwargs) -> Engine:
+                        config: EngineConfig | None = None, **overrides) -> Engine:
         """Load a checkpoint directory (default: the embedded model in assets/)."""
         directory = Path(weights) if weights is not None else DEFAULT_WEIGHTS
         model = load_model(directory, dtype=dtype, device=device)
@@ -137,7 +144,7 @@ class Engine:
             tokenizer = load_tokenizer(directory / "tokenizer.json")
         except ValueError as e:
             raise CheckpointError(str(e)) from None
-        return cls(model, tokenizer, **kwargs)
+        return cls(model, tokenizer, config, **overrides)
 
     # ---- public API ---------------------------------------------------------------------
     def submit(self, image, skill: str, obj: str, *, max_objects: int = DEFAULT_MAX_OBJECTS,
@@ -148,20 +155,21 @@ class Engine:
         at once (e.g. put the object on a queue), since the whole batch waits for it.
         """
         text, max_objects = validate_request(skill, obj, max_objects)
-        queued = self._inbox.qsize() + len(self.scheduler.waiting)
-        if queued >= self.max_queue:
+        queued = self.queued()
+        if queued >= self.config.max_queue:
             raise EngineBusy(f"the engine is busy ({queued} requests queued); try again shortly")
-        picture = load_image(image)
-        crops = overlap_crop_image(picture, self.config.vision)
-        prompt = prompt_ids(self.config.tokens, lambda s: self.tokenizer.encode(s).ids, skill, text)
+        cfg = self.model_config
+        prompt = prompt_ids(cfg.tokens, lambda s: self.tokenizer.encode(s).ids, skill, text)
         # The whole answer's KV is reserved at admission; refuse now what can never fit a row.
-        need = self.config.prefix_len + len(prompt) + tokens_per_object(skill) * max_objects + 2
+        need = kv_positions(cfg.prefix_len, len(prompt), skill, max_objects)
         if need > self.runner.scratch_pos:
             raise RequestError(f"request needs {need} KV positions; this engine holds {self.runner.scratch_pos} "
                                f"per row (lower max_objects or raise max_len)")
+        picture = load_image(image)
+        crops = overlap_crop_image(picture, cfg.vision)
         key = hashlib.sha256(np.asarray(picture).tobytes() + repr(picture.size).encode()).hexdigest()
-        seq = Sequence(next(self._ids), skill, prompt, max_objects, crops, key, on_object=on_object,
-                       deadline=None if timeout is None else time.monotonic() + timeout)
+        seq = Sequence(next(self._ids), skill, prompt, max_objects, answer_budget(skill, max_objects), crops, key,
+                       on_object=on_object, deadline=None if timeout is None else self.clock() + timeout)
         self._inbox.put(seq)
         self._wake.set()
         return RequestHandle(seq.id, seq.future, seq, self)
@@ -191,14 +199,31 @@ class Engine:
             if not handle.future.done():
                 handle.cancel()
 
+    def cancel(self, handle: RequestHandle) -> None:
+        """Ask the engine to stop a request; it finishes with `Cancelled` and frees its row."""
+        handle.seq.cancel_requested.set()
+        self._wake.set()
+
+    def wait(self, future: Future, timeout: float | None = None) -> dict:
+        """A request's result; without a serving thread the caller drives the loop."""
+        if self._thread is None:
+            while not future.done() and self.step():
+                pass
+            return future.result(timeout=0)
+        return future.result(timeout)
+
+    def queued(self) -> int:
+        """Requests submitted but not yet admitted."""
+        return self._inbox.qsize() + self.scheduler.queued()
+
     # ---- the loop -----------------------------------------------------------------------
     def step(self) -> bool:
         """One tick. Returns False when there was nothing to do."""
         self._drain_inbox()
-        self.scheduler.reap()
+        self.scheduler.reap(self.clock())
         if self.scheduler.is_idle() and self.pipeline.is_idle():
             return False
-        if self.pipelined:
+        if self.config.pipelined:
             step = self._launch()
             self._commit()
             if step is not None:
@@ -243,30 +268,27 @@ class Engine:
                 self._wake.wait(timeout=0.5)
                 self._wake.clear()
 
-    def _wait(self, future: Future, timeout: float | None) -> dict:
-        if self._thread is None:  # no server thread: drive the loop from the caller
-            while not future.done() and self.step():
-                pass
-            return future.result(timeout=0)
-        return future.result(timeout)
-
     # ---- the three verbs ------------------------------------------------------------------
     def _launch(self) -> Step | None:
         if not self.pipeline.can_launch():
             return None
-        items = self._admit()
-        if items:
-            rows = [seq.row for seq, _ in items]
-            prefill = self.runner.launch_prefill([item for _, item in items], keep_prefixes=self.prefix_cache.capacity > 0)
-            for (seq, _), fresh in zip(items, prefill):
-                if fresh is not None:
-                    self.prefix_cache.put(seq.image_key, fresh)
+        admitted = self.scheduler.admit(self.config.max_prefill, self.prefix_cache.get)
+        if admitted:
+            items = []
+            for a in admitted:
+                self._attach_grammar(a.seq)
+                items.append(PrefillItem(a.seq.row, None if a.prefix is not None else a.seq.crops, a.prefix, a.seq.prompt))
+            fresh = self.runner.launch_prefill(items, keep_prefixes=self.prefix_cache.capacity > 0)
+            for a, prefix in zip(admitted, fresh):
+                if prefix is not None:
+                    self.prefix_cache.put(a.seq.image_key, prefix)
+            rows = [a.seq.row for a in admitted]
             self.scheduler.on_launch(rows, advance_position=False)
             return self.pipeline.launch("prefill", rows, max(rows) + 1)
         plan = self.scheduler.decode_plan(self.runner.batch_bucket)
         if plan is None:
             return None
-        slot = self.runner.slots[self.pipeline.free_slot()]
+        slot = self.pipeline.free_slot()
         self.runner.launch_decode(slot, plan.batch, plan.positions, self.runner.attn_bucket(plan.attn_len_needed - 1))
         self.scheduler.on_launch(plan.rows, advance_position=True)
         self.decode_steps += 1
@@ -274,74 +296,52 @@ class Engine:
 
     def _finalize(self, step: Step) -> None:
         states, active = self.scheduler.mask_states(step.rows, step.batch)
-        self.runner.finalize(self.runner.slots[step.slot], step.batch, states, active)
+        self.runner.finalize(step.slot, step.batch, states, active)
         self.pipeline.finalize(step)
 
     def _commit(self) -> None:
         step = self.pipeline.oldest_sampled()
         if step is None:
             return
-        results = self.runner.read_results(self.runner.slots[step.slot], step.batch, step.rows)
+        results = self.runner.read_results(step.slot, step.batch, step.rows)
         self.pipeline.commit(step)
         self.scheduler.commit(step.rows, results)
 
-    def _admit(self) -> list[tuple[Sequence, PrefillItem]]:
-        """Move waiting requests into free KV rows (one image encode per distinct new image)."""
-        sched, cfg = self.scheduler, self.config
-        items, encoding = [], set()
-        while sched.waiting and len(items) < self.max_prefill and sched.free_rows:
-            seq = sched.waiting[0]
-            prefix = self.prefix_cache.get(seq.image_key)
-            if prefix is None and seq.image_key in encoding:
-                break  # the same image is being encoded in this batch; admit it next tick from the cache
-            sched.waiting.popleft()
-            start = cfg.prefix_len + len(seq.prompt)
-            end = start + tokens_per_object(seq.skill) * seq.max_objects + 1
-            spec = detect_grammar(max_objects=seq.max_objects) if seq.skill == "detect" else point_grammar(max_objects=seq.max_objects)
-            seq.automaton = self.compiler.compile(spec, self.alphabet)
-            seq.mask_rows = self.masks.register(seq.automaton)
-            seq.state = seq.automaton.initial_state
-            self.runner.upload_mask_rows(self.masks.allowed, self.masks.num_rows)
-            sched.start(seq, sched.take_row(), start, end)
-            if prefix is None:
-                encoding.add(seq.image_key)
-            items.append((seq, PrefillItem(seq.row, None if prefix else seq.crops, prefix, seq.prompt)))
-        return items
+    def _attach_grammar(self, seq: Sequence) -> None:
+        """The request's grammar automaton and its rows in the device mask table (admission time)."""
+        spec = detect_grammar(max_objects=seq.max_objects) if seq.skill == "detect" else point_grammar(max_objects=seq.max_objects)
+        seq.automaton = self.compiler.compile(spec, self.alphabet)
+        seq.mask_rows = self.masks.register(seq.automaton)
+        seq.state = seq.automaton.initial_state
+        self.runner.upload_mask_rows(self.masks.allowed, self.masks.num_rows)
 
     def _drain_inbox(self) -> None:
         while True:
             try:
-                self.scheduler.waiting.append(self._inbox.get_nowait())
+                self.scheduler.add(self._inbox.get_nowait())
             except queue.Empty:
                 return
 
     def _fail_all(self, error: Exception) -> None:
         """Last resort after an unexpected device error: fail every request, reset the pipeline."""
         self._drain_inbox()
-        for seq in list(self.scheduler.waiting) + list(self.scheduler.running.values()):
-            if not seq.future.done():
-                seq.future.set_exception(RuntimeError(f"engine error: {error}"))
-        self.runner.streams.synchronize()
-        self.scheduler.waiting.clear()
-        for seq in list(self.scheduler.running.values()):
-            seq.finalized, seq.inflight_refs = True, 0
-            self.scheduler.release(seq)
+        self.runner.synchronize()
+        self.scheduler.abort_all(RuntimeError(f"engine error: {error}"))
         self.pipeline = PipelineState()
-        for slot in self.runner.slots:
-            slot.poison()
-            slot.unread = False
+        self.runner.reset_slots()
 
     # ---- accounting ---------------------------------------------------------------------
     def pools(self) -> dict[str, int]:
         """Sizes of every pool, for leak checks: all zero-in-use when idle."""
         return {
-            "rows_in_use": self.runner.rows - len(self.scheduler.free_rows),
+            "rows_in_use": self.scheduler.rows_in_use(),
             "running": len(self.scheduler.running),
-            "waiting": len(self.scheduler.waiting) + self._inbox.qsize(),
+            "waiting": self.queued(),
             "steps_in_flight": self.pipeline.in_flight,
-            "slots_unread": sum(s.unread for s in self.runner.slots),
-            "prefix_cache": len(self.prefix_cache.entries),
+            "slots_unread": self.runner.slots_unread(),
+            "prefix_cache": len(self.prefix_cache),
         }
 
 
-__all__ = ["Engine", "EngineBusy", "RequestHandle", "RequestError", "Cancelled"]
+__all__ = ["DEFAULT_WEIGHTS", "Cancelled", "DeadlineExceeded", "Engine", "EngineBusy", "EngineConfig",
+           "RequestError", "RequestHandle"]

@@ -22,8 +22,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from engine.config import MOONDREAM2, PRESETS, MoondreamConfig
-from engine.model import MoondreamModel
+from engine.model.config import MOONDREAM2, PRESETS, MoondreamConfig
+from engine.model.moondream import MoondreamModel
 
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"

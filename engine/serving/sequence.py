@@ -9,14 +9,13 @@
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable
 
-from engine.image import OverlapCrops
-from engine.skills import ObjectBuilder
+from engine.model.image import OverlapCrops
+from engine.serving.skills import ObjectBuilder
 
 
 class Status(Enum):
@@ -26,16 +25,13 @@ class Status(Enum):
     RELEASED = "released"  # KV row returned to the pool
 
 
-class Cancelled(Exception):
-    """The request was cancelled before it finished."""
-
-
 @dataclass
 class Sequence:
     id: int
     skill: str
     prompt: list[int]
     max_objects: int
+    budget: int  # decode positions the answer may use (every object + EOS), reserved at admission
     crops: OverlapCrops
     image_key: str
     on_object: Callable[[dict], None] | None = None
@@ -50,10 +46,8 @@ class Sequence:
     mask_rows: object = None  # np.ndarray: grammar state → mask-table row
     inflight_refs: int = 0
     finalized: bool = False
-    steps_committed: int = 0
     builder: ObjectBuilder | None = None
     cancel_requested: threading.Event = field(default_factory=threading.Event)
-    submitted_at: float = field(default_factory=time.monotonic)
 
     def can_launch(self) -> bool:
         # A row never has more than two steps in flight (one sampled, one launched).

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from engine import kernels
-from engine.config import MoondreamConfig, TextConfig
-from engine.layers import MLP, QKVAttentionWeights, attention, decode_attention
+from engine import kernels as _kernels
+from engine.model.config import MoondreamConfig, TextConfig
+from engine.model.layers import MLP, QKVAttentionWeights, attention, decode_attention
 
 
 class TextBlock(nn.Module):
@@ -116,8 +116,11 @@ class TextModel(nn.Module):
         cos, sin = self.rope(pos.device)
         return cos[pos][:, :, None, None], sin[pos][:, :, None, None]
 
-    def _qkv(self, block: TextBlock, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]):
-        """h [B, L, D] → q, k, v [B, L, H, hd]; one rotary pass covers q and k."""
+    def heads(self, block: TextBlock, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]):
+        """h [B, L, D] → q, k, v [B, L, H, hd]; one rotary pass covers q and k.
+
+        rope: cos/sin broadcastable to [B, L, 2, H, rotary_dims] (`rope_at` rows, or table rows
+        [L, 1, 1, r]). Inference (prefill, the PyTorch decode path) and training use this one."""
         b, n, _ = h.shape
         t = self.cfg
         qkv = block.attn.qkv(h).view(b, n, 3, t.n_heads, t.head_dim)
@@ -144,7 +147,7 @@ class TextModel(nn.Module):
         rope = self.rope_at(pos)
         for layer, block in enumerate(self.blocks):
             h = block.ln(x)
-            q, k, v = self._qkv(block, h, rope)
+            q, k, v = self.heads(block, h, rope)
             kl, vl = kv.k[layer], kv.v[layer]
             kl[row_idx, :, pos] = k
             vl[row_idx, :, pos] = v
@@ -152,16 +155,18 @@ class TextModel(nn.Module):
             x = x + block.attn.proj(a.transpose(1, 2).reshape(b, n, -1)) + block.mlp(h)
         return x
 
-    def decode(self, embeds: torch.Tensor, kv: KVCache, positions: torch.Tensor, attn_len: int) -> torch.Tensor:
+    def decode(self, embeds: torch.Tensor, kv: KVCache, positions: torch.Tensor, attn_len: int,
+               kernels: _kernels.KernelChoice = "auto") -> torch.Tensor:
         """One token for KV rows 0..B-1 at `positions` [B]; returns raw hidden [B, D].
 
         Static shapes for a given (B, attn_len): safe to capture in a CUDA graph. On CUDA the
-        rotary/KV write and the attention are fused Triton kernels (`engine.kernels`); this
-        PyTorch body is the same computation, kept for the CPU and as their test oracle.
+        rotary/KV write and the attention are fused Triton kernels (`engine.kernels.decode`); this
+        PyTorch body is the same computation, kept for the CPU and as their test oracle;
+        `kernels` chooses between them (`engine.kernels.use_fused`).
         """
         b = embeds.shape[0]
         t = self.cfg
-        if kernels.available(embeds, t.head_dim):
+        if _kernels.use_fused(kernels, embeds, t.head_dim):
             return self._decode_fused(embeds, kv, positions, attn_len)
         rows = torch.arange(b, device=embeds.device)
         visible = torch.arange(attn_len, device=embeds.device)[None, :] <= positions[:, None]
@@ -171,7 +176,7 @@ class TextModel(nn.Module):
         rope = self.rope_at(positions[:, None])
         for layer, block in enumerate(self.blocks):
             h = block.ln(x)
-            q, k, v = self._qkv(block, h, rope)
+            q, k, v = self.heads(block, h, rope)
             kl, vl = kv.k[layer], kv.v[layer]
             kl[rows, :, positions] = k[:, 0]
             vl[rows, :, positions] = v[:, 0]
@@ -185,9 +190,9 @@ class TextModel(nn.Module):
         h = self.blocks[0].ln(x)
         for layer, block in enumerate(self.blocks):
             kl, vl = kv.k[layer], kv.v[layer]
-            q = kernels.rope_kv_write(block.attn.qkv(h), cos, sin, positions, kl, vl, self.cfg.rotary_dims)
-            a = kernels.decode_attention(q, kl, vl, positions, attn_len)
+            q = _kernels.rope_kv_write(block.attn.qkv(h), cos, sin, positions, kl, vl, self.cfg.rotary_dims)
+            a = _kernels.decode_attention(q, kl, vl, positions, attn_len)
             # The residual adds and the next block's LayerNorm are one kernel.
             following = self.blocks[layer + 1].ln if layer + 1 < len(self.blocks) else None
-            x, h = kernels.residual_layernorm(x, block.attn.proj(a), block.mlp(h), following)
+            x, h = _kernels.residual_layernorm(x, block.attn.proj(a), block.mlp(h), following)
         return x

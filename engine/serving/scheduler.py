@@ -1,26 +1,33 @@
 """`Scheduler`: CPU bookkeeping only — queues, KV rows, step plans, commit.
 
-It never touches tensors. It decides which sequences a step carries, and at commit it
-advances each row's grammar automaton by the committed token, records objects, finishes
-sequences, turns those still in flight into zombies and releases rows at `inflight_refs == 0`.
+It never touches tensors. It owns the queues: requests wait in `waiting` until `admit`
+gives them a KV row; it decides which sequences a step carries, and at commit it advances
+each row's grammar automaton by the committed token, records objects, finishes sequences,
+turns those still in flight into zombies and releases rows at `inflight_refs == 0`.
 """
 
 from __future__ import annotations
 
 import heapq
-import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Callable, Generic, TypeVar
 
 import numpy as np
 
-from engine.sequence import Cancelled, Sequence, Status
-from engine.skills import ObjectBuilder
-from engine.slots import StepResults
+from engine.serving.errors import Cancelled, DeadlineExceeded
+from engine.serving.sequence import Sequence, Status
+from engine.serving.skills import ObjectBuilder
+from engine.worker.slots import StepResults
 
 
-class DeadlineExceeded(TimeoutError):
-    """The request's deadline passed before it finished."""
+P = TypeVar("P")
+
+
+@dataclass
+class Admitted(Generic[P]):
+    seq: Sequence
+    prefix: P | None  # the cached image prefix, or None: the image must be encoded
 
 
 @dataclass
@@ -32,18 +39,47 @@ class DecodePlan:
 
 
 class Scheduler:
-    def __init__(self, rows: int, scratch_pos: int, coord_id: int, size_id: int, eos_id: int) -> None:
+    def __init__(self, rows: int, scratch_pos: int, prefix_len: int, coord_id: int, size_id: int,
+                 eos_id: int) -> None:
+        self.rows = rows
         self.waiting: deque[Sequence] = deque()
         self.running: dict[int, Sequence] = {}  # row → sequence (finalized zombies included)
         self.free_rows = list(range(rows))
         heapq.heapify(self.free_rows)
-        self.scratch_pos = scratch_pos
+        self.scratch_pos, self.prefix_len = scratch_pos, prefix_len
         self.coord_id, self.size_id, self.eos_id = coord_id, size_id, eos_id
-        self.released: list[int] = []  # sequence ids, in release order (for tests and accounting)
+        self.retired = 0  # sequences done with: row released, or dropped from the queue (each once)
 
     # ---- admission ----------------------------------------------------------------------
-    def take_row(self) -> int | None:
-        return heapq.heappop(self.free_rows) if self.free_rows else None
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def queued(self) -> int:
+        return len(self.waiting)
+
+    def rows_in_use(self) -> int:
+        return self.rows - len(self.free_rows)
+
+    def admit(self, limit: int, cached_prefix: Callable[[str], P | None]) -> list[Admitted[P]]:
+        """Give up to `limit` waiting requests, in order, a KV row reserved for their whole answer.
+
+        `cached_prefix(image_key)` returns the image's cached prefix or None. A request whose
+        image is already being encoded in this batch waits for the next step (it will hit the cache).
+        """
+        admitted: list[Admitted[P]] = []
+        encoding: set[str] = set()
+        while self.waiting and len(admitted) < limit and self.free_rows:
+            seq = self.waiting[0]
+            prefix = cached_prefix(seq.image_key)
+            if prefix is None and seq.image_key in encoding:
+                break
+            self.waiting.popleft()
+            start = self.prefix_len + len(seq.prompt)
+            self.start(seq, heapq.heappop(self.free_rows), start, start + seq.budget)
+            if prefix is None:
+                encoding.add(seq.image_key)
+            admitted.append(Admitted(seq, prefix))
+        return admitted
 
     def start(self, seq: Sequence, row: int, position: int, end_position: int) -> None:
         seq.row, seq.position, seq.end_position = row, position, end_position
@@ -91,7 +127,6 @@ class Scheduler:
                 self.release(seq)
 
     def _consume(self, seq: Sequence, token: int, coord: float, size: np.ndarray) -> None:
-        seq.steps_committed += 1
         if token == self.eos_id:
             if seq.automaton.accepts_eos(seq.state):
                 self.finish(seq)
@@ -137,18 +172,31 @@ class Scheduler:
         assert self.running.pop(seq.row) is seq
         heapq.heappush(self.free_rows, seq.row)
         seq.status = Status.RELEASED
-        self.released.append(seq.id)
+        self.retired += 1
+
+    def abort_all(self, error: BaseException) -> None:
+        """Last resort after a device failure: fail every request and free every row.
+
+        The caller must have synchronised the device: no launched step may still read a row."""
+        for seq in list(self.waiting) + list(self.running.values()):
+            if not seq.future.done():
+                seq.future.set_exception(error)
+        self.retired += len(self.waiting)
+        self.waiting.clear()
+        for seq in list(self.running.values()):
+            seq.finalized, seq.inflight_refs = True, 0
+            self.release(seq)
 
     # ---- cancellation and deadlines ------------------------------------------------------
-    def reap(self, now: float | None = None) -> None:
-        """Finish cancelled or overdue requests; release rows that nothing in flight reads."""
-        now = time.monotonic() if now is None else now
+    def reap(self, now: float) -> None:
+        """Finish cancelled or overdue requests (deadlines against `now`, the engine's clock);
+        release rows that nothing in flight reads."""
         for seq in [s for s in self.waiting if self._stop_reason(s, now)]:
             self.waiting.remove(seq)
             seq.finalized, seq.status = True, Status.RELEASED
             if not seq.future.done():
                 seq.future.set_exception(self._stop_reason(seq, now))
-            self.released.append(seq.id)
+            self.retired += 1
         for seq in list(self.running.values()):
             if not seq.finalized and (reason := self._stop_reason(seq, now)):
                 self.finish(seq, reason)

@@ -7,9 +7,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-# cuDNN attention gave run-to-run different bf16 results on an H200 (measured: 12 of 32
-# detect outputs changed between identical runs); greedy outputs must be reproducible, so
-# attention may use every backend but that one.
+# cuDNN attention gave run-to-run different bf16 results on an H200 (README, "Choices where the
+# official format is ambiguous"); greedy outputs must be reproducible, so attention may use
+# every backend but that one.
 _DETERMINISTIC_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -27,10 +27,10 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: to
     """One query per row as two batched matmuls (q [B, H, 1, hd], k/v [B, H, L, hd] views of the
     cache, bias [B·H, L, 1] additive mask: 0 or -inf). Returns [B, H, 1, hd].
 
-    The PyTorch decode path (CPU, and the oracle of `engine.kernels.decode_attention`, which
-    replaces it on CUDA). For a single query the fused SDPA kernels tile 64 queries and idle; two
-    batched GEMMs were 3x faster on an H200, the Triton split-K kernel 3x faster again. Scale and
-    mask ride in the first GEMM (baddbmm); softmax accumulates in fp32.
+    The PyTorch decode path (CPU, and the oracle of `engine.kernels.decode.decode_attention`, which
+    replaces it on CUDA). For a single query the fused SDPA kernels tile 64 queries and idle, so
+    this is two batched GEMMs. Scale and mask ride in the first GEMM (baddbmm); softmax
+    accumulates in fp32.
     """
     b, h, _, d = q.shape
     scores = torch.baddbmm(bias, k.flatten(0, 1), q.reshape(b * h, d, 1), alpha=d ** -0.5)  # [B·H, L, 1]

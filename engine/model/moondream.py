@@ -9,11 +9,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from engine.config import MoondreamConfig
-from engine.image import OverlapCrops, normalize_crops
-from engine.region import RegionModel
-from engine.text import TextModel
-from engine.vision import VisionEncoder
+from engine.model.config import MoondreamConfig
+from engine.model.image import OverlapCrops, normalize_crops
+from engine.model.region import RegionModel
+from engine.model.text import TextModel
+from engine.model.vision import VisionEncoder
 
 # Crops per vision-tower forward: 8 images of a few crops at once, while a batch of 12-crop
 # images stays within memory (CPU attention materialises [crops, heads, patches, patches]).

@@ -1,7 +1,7 @@
 """Image loading and Moondream-2 overlap-crop preprocessing.
 
 Everything here follows the format reference (docs: moondream2-format.md, sections 3-5) and is
-parameterised by a :class:`~engine.config.VisionConfig`, so the same code serves the official
+parameterised by a :class:`~engine.model.config.VisionConfig`, so the same code serves the official
 378 px / 14 px / 4-patch-margin geometry and the tiny test geometry.
 
 Pipeline::
@@ -484,10 +484,11 @@ def reconstruct_from_crops(local: torch.Tensor, tiling: tuple[int, int], margin:
 
 
 def pool_to_grid(stitched: torch.Tensor, grid: int) -> torch.Tensor:
-    """[Hg, Wg, C] -> adaptive average pool to grid x grid -> [grid*grid, C] (row-major)."""
-    if stitched.dim() != 3:
-        raise ValueError(f"expected [Hg, Wg, C], got shape {tuple(stitched.shape)}")
-    c = stitched.shape[-1]
-    x = stitched.permute(2, 0, 1).unsqueeze(0)
-    pooled = F.adaptive_avg_pool2d(x, (grid, grid))
-    return pooled[0].permute(1, 2, 0).reshape(grid * grid, c)
+    """[(B,) Hg, Wg, C] -> adaptive average pool to grid x grid -> [(B,) grid*grid, C] (row-major)."""
+    if stitched.dim() not in (3, 4):
+        raise ValueError(f"expected [Hg, Wg, C] or [B, Hg, Wg, C], got shape {tuple(stitched.shape)}")
+    batched = stitched if stitched.dim() == 4 else stitched[None]
+    b, c = batched.shape[0], batched.shape[-1]
+    pooled = F.adaptive_avg_pool2d(batched.permute(0, 3, 1, 2), (grid, grid))  # [B, C, grid, grid]
+    out = pooled.permute(0, 2, 3, 1).reshape(b, grid * grid, c)
+    return out if stitched.dim() == 4 else out[0]

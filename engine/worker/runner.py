@@ -9,6 +9,9 @@ Decode batches are KV rows 0..B-1 (B a bucket); rows not in the step are padding
 writes land on the scratch position `max_len - 1` and whose samples are discarded. The
 per-row inputs of the next forward — sampled token and decoded coordinate/size — stay on
 the device (`pending_*`): nothing goes through the CPU between two forwards.
+
+The engine drives it through the `engine.worker.protocol.Runner` protocol; slots are named
+by index (0 or 1, as `PipelineState` hands them out).
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.image import OverlapCrops
-from engine.model import MoondreamModel
-from engine.slots import DecodeSlot, StepResults
-from engine.streams import Streams
-from engine.text import KVCache
+from engine.kernels import KernelChoice
+from engine.model.image import OverlapCrops
+from engine.model.moondream import MoondreamModel
+from engine.worker.slots import DecodeSlot, StepResults
+from engine.worker.streams import Streams
+from engine.model.text import KVCache
 
 
 def batch_buckets(max_batch: int) -> list[int]:
@@ -40,7 +44,7 @@ class PrefillItem:
 
 class ModelRunner:
     def __init__(self, model: MoondreamModel, *, max_batch: int, max_len: int, mask_capacity: int,
-                 use_graphs: bool | None = None, len_bucket: int = 64) -> None:
+                 use_graphs: bool | None = None, len_bucket: int = 64, kernels: KernelChoice = "auto") -> None:
         cfg = model.config
         self.model, self.cfg = model, cfg
         self.device = model.device
@@ -49,6 +53,7 @@ class ModelRunner:
         self.max_len = max_len
         self.scratch_pos = max_len - 1
         self.len_bucket = len_bucket
+        self.kernels = kernels
         self.buckets = batch_buckets(max_batch)
         self.use_graphs = self.streams.cuda and use_graphs is not False  # graphs exist only on CUDA
         dev, dt, v, d = self.device, model.dtype, cfg.text.vocab_size, cfg.text.dim
@@ -124,20 +129,47 @@ class ModelRunner:
             (token == tok.coord_id)[:, None], model.region.encode_coord(self.pending_coord[:batch]),
             torch.where((token == tok.size_id)[:, None], model.region.encode_size(self.pending_size[:batch]),
                         model.embed_ids(token)))
-        hidden = model.text.decode(embeds.to(model.dtype), self.kv, self.positions[:batch], attn_len)
+        hidden = model.text.decode(embeds.to(model.dtype), self.kv, self.positions[:batch], attn_len, self.kernels)
         self.hidden[:batch] = hidden
         self.logits[:batch] = model.text.logits(hidden)
 
     @torch.inference_mode()
-    def launch_decode(self, slot: DecodeSlot, batch: int, positions: np.ndarray, attn_len: int) -> None:
+    def launch_decode(self, slot: int, batch: int, positions: np.ndarray, attn_len: int) -> None:
         """positions: [batch] int64, scratch for padding rows. Enqueues one forward (graph replay on CUDA)."""
-        slot.positions[:batch] = torch.from_numpy(positions)
+        host = self.slots[slot].positions
+        host[:batch] = torch.from_numpy(positions)
         with self.streams.on_compute():
-            self.positions[:batch].copy_(slot.positions[:batch], non_blocking=True)
+            self.positions[:batch].copy_(host[:batch], non_blocking=True)
+            self.replay_decode(batch, attn_len)
+
+    @torch.inference_mode()
+    def replay_decode(self, batch: int, attn_len: int) -> None:
+        """The decode forward of rows 0..batch-1 at the current device positions (graph on CUDA).
+        `launch_decode` uses it; benchmarks replay it alone to time the GPU without the CPU."""
+        with self.streams.on_compute():
             if self.use_graphs:
                 self._graph(batch, attn_len).replay()
             else:
                 self._decode_forward(batch, attn_len)
+
+    @torch.inference_mode()
+    def replay_sample(self, slot: int, batch: int) -> None:
+        """Masked sampling and region decoding of rows 0..batch-1 into `slot` (graph on CUDA)."""
+        s = self.slots[slot]
+        with self.streams.on_compute():
+            if self.use_graphs:
+                self._captured(("sample", slot, batch), lambda: self._sample(s, batch)).replay()
+            else:
+                self._sample(s, batch)
+
+    @torch.inference_mode()
+    def set_positions(self, batch: int, position: int | None = None, advance: int = 0) -> None:
+        """Benchmarks: set every decode position of rows 0..batch-1, or advance them."""
+        with self.streams.on_compute():
+            if position is not None:
+                self.positions[:batch].fill_(position)
+            if advance:
+                self.positions[:batch] += advance
 
     def _graph(self, batch: int, attn_len: int) -> torch.cuda.CUDAGraph:
         return self._captured(("decode", batch, attn_len), lambda: self._decode_forward(batch, attn_len))
@@ -177,12 +209,13 @@ class ModelRunner:
 
     # ---- sampling -----------------------------------------------------------------------
     @torch.inference_mode()
-    def finalize(self, slot: DecodeSlot, batch: int, state_ids: np.ndarray, active: np.ndarray) -> None:
+    def finalize(self, slot_index: int, batch: int, state_ids: np.ndarray, active: np.ndarray) -> None:
         """Apply grammar masks to the step's logits, sample greedily, decode region values.
 
         state_ids/active: [batch] (global mask-table row per row; padding/zombie rows use 0,
         the unconstrained row, and active=0 so their pending inputs are left untouched).
         """
+        slot = self.slots[slot_index]
         slot.claim_for_results()
         slot.meta[0, :batch] = torch.from_numpy(state_ids)
         slot.meta[1, :batch] = torch.from_numpy(active)
@@ -191,10 +224,7 @@ class ModelRunner:
             slot.mask_ready.record()
         with self.streams.on_compute():
             slot.mask_ready.wait()
-            if self.use_graphs:
-                self._captured(("sample", slot.index, batch), lambda: self._sample(slot, batch)).replay()
-            else:
-                self._sample(slot, batch)
+            self.replay_sample(slot_index, batch)
             slot.sampled.record()
         with self.streams.on_copy():
             slot.sampled.wait()
@@ -219,5 +249,17 @@ class ModelRunner:
         slot.coords_dev[:batch] = coord[:, 0]
         slot.sizes_dev[:batch] = size
 
-    def read_results(self, slot: DecodeSlot, batch: int, rows: list[int]) -> StepResults:
-        return slot.read_results(batch, rows)
+    def read_results(self, slot: int, batch: int, rows: list[int]) -> StepResults:
+        return self.slots[slot].read_results(batch, rows)
+
+    # ---- housekeeping -------------------------------------------------------------------
+    def synchronize(self) -> None:
+        self.streams.synchronize()
+
+    def reset_slots(self) -> None:
+        """After a failed step (device synchronised): forget unread results, poison the buffers."""
+        for slot in self.slots:
+            slot.reset()
+
+    def slots_unread(self) -> int:
+        return sum(s.unread for s in self.slots)

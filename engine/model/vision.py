@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.config import MoondreamConfig
-from engine.image import patchify, pool_to_grid, reconstruct_from_crops
-from engine.layers import MLP, QKVAttentionWeights, attention
+from engine.model.config import MoondreamConfig
+from engine.model.image import patchify, pool_to_grid, reconstruct_from_crops
+from engine.model.layers import MLP, QKVAttentionWeights, attention
 
 
 class VisionBlock(nn.Module):
@@ -47,12 +47,18 @@ class VisionEncoder(nn.Module):
         return self.post_ln(x)
 
     def project(self, features: torch.Tensor, tiling: tuple[int, int]) -> torch.Tensor:
-        """Stitch the local tiles, pool them to one grid, and project [global | local] to text width."""
+        """Stitch the local tiles, pool them to one grid, and project [global | local] to text width.
+        features [1 + th·tw, patches, dim] (global crop first) → [patches, text dim]."""
+        return self.project_batch(features[:1], features[1:][None], tiling)[0]
+
+    def project_batch(self, glob: torch.Tensor, local: torch.Tensor, tiling: tuple[int, int]) -> torch.Tensor:
+        """`project` for B images of one tiling: glob [B, patches, dim], local [B, th·tw, patches, dim]
+        → [B, patches, text dim]."""
         g = self.cfg.grid
-        local = features[1:].view(-1, g, g, features.shape[-1])
-        stitched = reconstruct_from_crops(local, tiling, self.cfg.overlap_margin)
-        pooled = pool_to_grid(stitched, g)
-        return self.proj_mlp(torch.cat([features[0], pooled], dim=-1))
+        b, tiles = local.shape[:2]
+        stitched = reconstruct_from_crops(local.reshape(b, tiles, g, g, -1), tiling, self.cfg.overlap_margin)
+        pooled = pool_to_grid(stitched, g).to(glob.dtype)  # [B, g², dim]
+        return self.proj_mlp(torch.cat([glob, pooled], dim=-1))
 
     def forward(self, crops: torch.Tensor, tiling: tuple[int, int]) -> torch.Tensor:
         return self.project(self.encode_crops(crops), tiling)

@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import torch
 
-from engine.image import OverlapCrops
-from engine.model import MoondreamModel
-from engine.skills import ObjectBuilder, tokens_per_object
-from engine.text import KVCache
+from engine.kernels import KernelChoice
+from engine.model.image import OverlapCrops
+from engine.model.moondream import MoondreamModel
+from engine.model.text import KVCache
+from engine.serving.limits import kv_positions
+from engine.serving.skills import ObjectBuilder
 
 
 @torch.inference_mode()
 def reference_generate(model: MoondreamModel, crops: OverlapCrops, prompt: list[int], skill: str,
-                       max_objects: int) -> dict:
+                       max_objects: int, kernels: KernelChoice = "torch") -> dict:
+    """Greedy point/detect of one request. `kernels` defaults to the PyTorch decode path: the
+    oracle does not share the fused kernels it checks."""
     cfg = model.config
     tok, text, region = cfg.tokens, model.text, model.region
-    need = cfg.prefix_len + len(prompt) + tokens_per_object(skill) * max_objects + 2
+    need = kv_positions(cfg.prefix_len, len(prompt), skill, max_objects)
     kv = KVCache.allocate(cfg.text, rows=1, max_len=min(need, cfg.text.max_context), device=model.device, dtype=model.dtype)
     row = torch.zeros(1, dtype=torch.long, device=model.device)
 
@@ -32,7 +36,8 @@ def reference_generate(model: MoondreamModel, crops: OverlapCrops, prompt: list[
 
     def step(embedding: torch.Tensor) -> torch.Tensor:
         nonlocal position
-        h = text.decode(embedding.to(model.dtype), kv, torch.tensor([position], device=model.device), position + 1)
+        h = text.decode(embedding.to(model.dtype), kv, torch.tensor([position], device=model.device), position + 1,
+                      kernels)
         position += 1
         return h
 

@@ -10,8 +10,8 @@ import math
 import torch
 from torch import nn
 
-from engine.config import MoondreamConfig
-from engine.layers import MLP
+from engine.model.config import MoondreamConfig
+from engine.model.layers import MLP
 
 
 def fourier(v: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

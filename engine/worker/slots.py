@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.pipeline import PipelineError
-from engine.streams import Streams
+from engine.worker.pipeline import PipelineError
+from engine.worker.streams import Streams
 
 POISON_TOKEN = -1
 
@@ -69,3 +69,8 @@ class DecodeSlot:
         self.poison()
         self.unread = False
         return out
+
+    def reset(self) -> None:
+        """After a failed step: forget unread results and poison the buffers."""
+        self.poison()
+        self.unread = False

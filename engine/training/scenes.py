@@ -168,7 +168,7 @@ def _bg_colour(rng: np.random.Generator) -> np.ndarray:
     return np.array([128.0, 128.0, 128.0])
 
 
-def _background(rng: np.random.Generator, w: int, h: int) -> tuple[np.ndarray, str]:
+def background(rng: np.random.Generator, w: int, h: int) -> tuple[np.ndarray, str]:
     """A (h, w, 3) uint8 background and its kind. Every pixel stays within a small distance of
     a colour returned by _bg_colour (noise: up to ~1.3 sigma on average, clipped at 3 sigma)."""
     kind = BACKGROUNDS[int(rng.integers(len(BACKGROUNDS)))]
@@ -247,7 +247,7 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
         raise ValueError(f"size_range must satisfy 16 <= lo <= hi, got {size_range}")
     w = int(rng.integers(lo, hi + 1))
     h = int(rng.integers(max(lo, math.ceil(w / MAX_ASPECT)), min(hi, int(w * MAX_ASPECT)) + 1))
-    pixels, _ = _background(rng, w, h)
+    pixels, _ = background(rng, w, h)
     owner = np.full((h, w), -1, dtype=np.int32)
     n = int(rng.integers(min_objects, max_objects + 1))
     short = min(w, h)

@@ -9,22 +9,34 @@ from __future__ import annotations
 import numbers
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypedDict
 
-from engine.config import TokenConfig
+from engine.model.config import TokenConfig
+from engine.serving.errors import RequestError
+from engine.serving.limits import MAX_OBJECT_CHARS, MAX_OBJECT_TOKENS, MAX_OBJECTS_LIMIT
 
 SkillName = Literal["point", "detect"]
 SKILLS: tuple[str, ...] = ("point", "detect")
-DEFAULT_MAX_OBJECTS = 50
-MAX_OBJECTS_LIMIT = 200
-MAX_OBJECT_CHARS = 200
-#: Most tokens the object text may encode to. Engines size each KV row for a 64-token prompt
-#: (engine.Engine's default max_len, app.common.open_engine); the template takes up to 5 more.
-MAX_OBJECT_TOKENS = 56
 
 
-class RequestError(ValueError):
-    """A request the engine refuses; the message says what is wrong with it."""
+class Point(TypedDict):
+    x: float  # normalised to [0, 1] of the image width
+    y: float
+
+
+class Box(TypedDict):
+    x_min: float  # normalised to [0, 1]; clamped to the image
+    y_min: float
+    x_max: float
+    y_max: float
+
+
+class PointResult(TypedDict):
+    points: list[Point]
+
+
+class DetectResult(TypedDict):
+    objects: list[Box]
 
 
 def validate_request(skill: str, obj: object, max_objects: object) -> tuple[str, int]:
@@ -62,10 +74,6 @@ def prompt_ids(tokens: TokenConfig, encode, skill: str, obj: str) -> list[int]:
         raise RequestError(f"the object text encodes to {len(ids)} tokens; the limit is {MAX_OBJECT_TOKENS} "
                            "(describe the object in a few words)")
     return [*prefix, *ids, *tokens.prompt_suffix]
-
-
-def tokens_per_object(skill: str) -> int:
-    return 3 if skill == "detect" else 2
 
 
 def clamp01(v: float) -> float:

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
 
 class SlotState(Enum):
@@ -37,7 +36,6 @@ class Step:
     kind: str  # "prefill" | "decode"
     rows: list[int]  # KV rows active in this step
     batch: int  # rows 0..batch-1 are computed (padding included)
-    payload: Any = None  # the scheduler's per-row bookkeeping for commit
 
 
 @dataclass
@@ -62,11 +60,11 @@ class PipelineState:
     def can_launch(self) -> bool:
         return self.launched is None and self.free_slot() is not None
 
-    def launch(self, kind: str, rows: list[int], batch: int, payload: Any = None) -> Step:
+    def launch(self, kind: str, rows: list[int], batch: int) -> Step:
         if not self.can_launch():
             raise PipelineError("launch needs a free slot and no unfinalized forward")
         slot = self.free_slot()
-        step = Step(self.steps_launched, slot, kind, rows, batch, payload)
+        step = Step(self.steps_launched, slot, kind, rows, batch)
         self.steps_launched += 1
         self.slots[slot] = SlotState.LAUNCHED
         self.launched = step

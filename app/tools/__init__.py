@@ -1,0 +1,1 @@
+"""App-level tools: the bulk-annotation throughput benchmark and the README screenshot."""

@@ -1,0 +1,49 @@
+"""`EngineConfig`: how an engine is sized and scheduled (the model's own shape is
+`engine.model.config.MoondreamConfig`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from engine.kernels import KERNEL_CHOICES, KernelChoice
+from engine.model.config import MoondreamConfig
+from engine.serving.limits import DEFAULT_MAX_OBJECTS, MAX_OBJECTS_LIMIT, MAX_PROMPT_TOKENS, kv_positions
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_batch: int = 16              # KV rows = the largest decode batch
+    max_objects: int = DEFAULT_MAX_OBJECTS  # the most objects a row is sized for (detect, 3 tokens each)
+    max_len: int | None = None       # KV positions per row; None: `kv_positions(model)`
+    pipelined: bool = True           # False: launch → finalize → commit, blocking (the A/B baseline)
+    max_queue: int = 1024            # waiting requests before `EngineBusy`
+    max_prefill: int = 8             # requests admitted (prefilled) per step
+    prefix_cache_size: int = 8       # image prefixes kept on the device (LRU); 0 disables the cache
+    mask_capacity: int = 256         # grammar mask-table rows on the device
+    use_graphs: bool | None = None   # CUDA graphs (None: on CUDA)
+    kernels: KernelChoice = "auto"   # fused Triton decode kernels or the PyTorch path
+
+    def __post_init__(self) -> None:
+        problems = [f"{name} must be a positive whole number, got {getattr(self, name)!r}"
+                    for name in ("max_batch", "max_queue", "max_prefill", "mask_capacity")
+                    if not isinstance(getattr(self, name), int) or getattr(self, name) < 1]
+        if not 1 <= self.max_objects <= MAX_OBJECTS_LIMIT:
+            problems.append(f"max_objects must be between 1 and {MAX_OBJECTS_LIMIT}, got {self.max_objects}")
+        if self.prefix_cache_size < 0:
+            problems.append(f"prefix_cache_size must be 0 or more, got {self.prefix_cache_size}")
+        if self.kernels not in KERNEL_CHOICES:
+            problems.append(f"kernels must be one of {', '.join(KERNEL_CHOICES)}, got {self.kernels!r}")
+        if problems:
+            raise ValueError("invalid engine config: " + "; ".join(problems))
+
+    def kv_positions(self, model: MoondreamConfig) -> int:
+        """KV positions per row: `max_len` if given, else a detect of `max_objects` objects after
+        a prompt of MAX_PROMPT_TOKENS, capped at the model's context."""
+        if self.max_len is not None:
+            return self.max_len
+        need = kv_positions(model.prefix_len, MAX_PROMPT_TOKENS, "detect", self.max_objects)
+        return min(model.text.max_context, need)
+
+    def replace(self, **changes) -> EngineConfig:
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,1 @@
+"""Measurement tools: the decode-step benchmark and the churn (soak) test."""

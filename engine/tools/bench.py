@@ -1,0 +1,145 @@
+"""Decode-step benchmark: blocking vs pipelined, against the same engine's GPU-only step.
+
+    python -m engine.bench [--device cuda|cpu] [--preset moondream2|tiny] [--batch 1,32] [--kernels triton|torch]
+                           [--json OUT]
+
+Random weights (no download). The lm_head bias of the coord token is raised so every request
+keeps emitting objects up to `--objects`: each request then decodes 3·objects+1 steps, and a
+step's cost does not depend on what random weights happen to say. Each batch uses distinct
+random images (one image prefix per request).
+
+Columns (ms per decode step, steady state, prefill excluded):
+  blocking    the engine with pipelined=False: launch → finalize → wait → commit
+  pipelined   the engine as shipped: launch t+1 → commit t → finalize t+1
+  gpu_only    the same forward and sampling graphs replayed back to back over the same positions,
+              with no CPU bookkeeping and no host copies: the floor the engine can reach
+  bubble %    (pipelined - gpu_only) / pipelined: GPU time left idle by the CPU
+  speedup     blocking / pipelined
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+
+import numpy as np
+import torch
+
+from engine import kernels
+from engine.model.checkpoint import init_random_, parse_dtype
+from engine.model.config import PRESETS
+from engine.serving.engine import Engine
+from engine.model.moondream import MoondreamModel
+from engine.serving.skills import prompt_ids
+from engine.training.vocab import build_tokenizer
+
+
+def build_model(preset: str, device: str, dtype: str, seed: int) -> MoondreamModel:
+    model = MoondreamModel(PRESETS[preset], device=device, dtype=parse_dtype(dtype))
+    init_random_(model, seed=seed)
+    with torch.no_grad():  # keep every request decoding until its object cap (see module docstring)
+        model.text.lm_head.bias[model.config.tokens.coord_id] = 30.0
+    return model.eval()
+
+
+def timed_decode(engine: Engine, images: list[np.ndarray], objects: int) -> tuple[float, int, list[dict]]:
+    """Submit one detect per image, run to completion; return (ms per decode tick, ticks, results)."""
+    handles = [engine.submit(im, "detect", "object", max_objects=objects) for im in images]
+    while engine.queued():
+        engine.step()  # admission: prefill steps take priority over decode
+    engine.runner.synchronize()
+    first, start = engine.decode_steps, time.perf_counter()
+    while engine.step():
+        pass
+    engine.runner.synchronize()
+    steps = engine.decode_steps - first
+    return (time.perf_counter() - start) / steps * 1e3, steps, [h.result() for h in handles]
+
+
+@torch.inference_mode()
+def gpu_only_step(engine: Engine, batch: int, first_position: int, steps: int) -> float:
+    """The engine's decode forward and sampling graphs replayed back to back over the same
+    positions as a request's decode, with no CPU bookkeeping and no host copies (ms/step)."""
+    runner = engine.runner
+    rows = runner.batch_bucket(batch)
+    lengths = [runner.attn_bucket(first_position + i) for i in range(steps)]
+    for n in sorted(set(lengths)):  # capture (or warm) every graph before timing
+        runner.replay_decode(rows, n)
+    runner.replay_sample(0, rows)
+    runner.replay_sample(1, rows)
+    times = []
+    for _ in range(3):
+        runner.set_positions(rows, first_position)
+        runner.synchronize()
+        start = time.perf_counter()
+        for i, n in enumerate(lengths):
+            runner.replay_decode(rows, n)
+            runner.replay_sample(i % 2, rows)
+            runner.set_positions(rows, advance=1)
+        runner.synchronize()
+        times.append((time.perf_counter() - start) / steps * 1e3)
+    return min(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--preset", default="moondream2", choices=sorted(PRESETS))
+    p.add_argument("--dtype", default=None, help="default: bf16 on cuda, fp32 on cpu")
+    p.add_argument("--batch", default="1,32")
+    p.add_argument("--objects", type=int, default=50, help="objects per request (3 decode steps each)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kernels", default="auto", choices=kernels.KERNEL_CHOICES,
+                   help="decode attention/rotary: fused Triton kernels ('auto' uses them on CUDA) or the PyTorch path")
+    p.add_argument("--json", default=None, help="write the table as JSON here")
+    args = p.parse_args(argv)
+    dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
+    batches = [int(b) for b in args.batch.split(",")]
+    model = build_model(args.preset, args.device, dtype, args.seed)
+    tokenizer = build_tokenizer(vocab_size=min(512, model.config.text.vocab_size))
+    cfg = model.config
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    gpu = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
+    for batch in batches:
+        engines = {mode: Engine(model, tokenizer, max_batch=batch, pipelined=mode == "pipelined", prefix_cache_size=0,
+                                max_objects=max(args.objects, 2), kernels=args.kernels)
+                   for mode in ("blocking", "pipelined")}
+        first_pos = cfg.prefix_len + len(prompt_ids(cfg.tokens, lambda t: tokenizer.encode(t).ids, "detect", "object"))
+        last_pos = first_pos + 3 * args.objects + 1
+        for engine in engines.values():
+            engine.runner.capture_all(last_pos)
+        images = [(rng.random((378, 378, 3)) * 255).astype(np.uint8) for _ in range(batch)]
+        timed_decode(engines["blocking"], images, 2)  # warm-up: allocator, kernels, grammar cache
+        timed_decode(engines["pipelined"], images, 2)
+        blocking, _, out_b = timed_decode(engines["blocking"], images, args.objects)
+        pipelined, _, out_p = timed_decode(engines["pipelined"], images, args.objects)
+        if out_b != out_p:
+            raise SystemExit("pipelined and blocking outputs differ: the benchmark is void")
+        gpu_only = gpu_only_step(engines["pipelined"], batch, first_pos, 3 * args.objects)
+        rows.append({"batch": batch, "blocking_ms": blocking, "pipelined_ms": pipelined, "gpu_only_ms": gpu_only,
+                     "bubble_pct": 100 * (pipelined - gpu_only) / pipelined, "speedup": blocking / pipelined,
+                     "pipelined_over_gpu_only": pipelined / gpu_only})
+        del engines
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    fused = kernels.use_fused(args.kernels, model.text.wte, cfg.text.head_dim)
+    header = (f"{args.preset} {dtype} on {gpu}; {args.objects} objects/request ({3 * args.objects + 1} decode steps); "
+              f"{'Triton' if fused else 'PyTorch'} attention")
+    print(header)
+    print(f"{'batch':>5} {'blocking ms':>12} {'pipelined ms':>13} {'gpu-only ms':>12} {'bubble %':>9} {'speedup':>8} {'pipe/gpu':>9}")
+    for r in rows:
+        print(f"{r['batch']:>5} {r['blocking_ms']:>12.3f} {r['pipelined_ms']:>13.3f} {r['gpu_only_ms']:>12.3f} "
+              f"{r['bubble_pct']:>9.1f} {r['speedup']:>8.3f} {r['pipelined_over_gpu_only']:>9.3f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": gpu, "preset": args.preset, "dtype": dtype, "objects": args.objects,
+                       "kernels": "triton" if fused else "torch",
+                       "torch": torch.__version__, "rows": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,3 @@
+"""The device worker: the runner (device buffers, CUDA graphs, launch / finalize), the
+decode slots of in-flight steps, the compute and copy streams, and the pure pipeline state
+machine that orders launch → finalize → commit."""

@@ -1,0 +1,201 @@
+"""Scheduler, zombies, cancellation and deadlines through the real `Engine` with a CPU fake
+runner (tests/fake_runner.py): no model, so each schedule runs in milliseconds."""
+
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine import Cancelled, DeadlineExceeded, Engine
+from engine.model.config import TINY
+from tests.conftest import random_image
+from tests.fake_runner import FakeRunner, RowScript
+
+IMAGES = [random_image(i, 50 + 30 * i, 90) for i in range(3)]
+MODEL = SimpleNamespace(config=TINY)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_engine(tokenizer, *, pipelined=True, max_batch=4, clock=None, **config) -> tuple[Engine, FakeRunner]:
+    t = TINY.tokens
+    runner = FakeRunner(rows=max_batch, max_len=TINY.text.max_context, coord_id=t.coord_id, size_id=t.size_id,
+                        eos_id=t.eos_id, vocab_size=TINY.text.vocab_size)
+    engine = Engine(MODEL, tokenizer, runner=runner, max_batch=max_batch, pipelined=pipelined,
+                    clock=clock or Clock(), **config)
+    return engine, runner
+
+
+def idle(engine: Engine) -> bool:
+    pools = engine.pools()
+    return all(pools[k] == 0 for k in ("rows_in_use", "running", "waiting", "steps_in_flight", "slots_unread"))
+
+
+request = st.fixed_dictionaries({
+    "arrival": st.integers(0, 10),
+    "skill": st.sampled_from(["point", "detect"]),
+    "obj": st.sampled_from(["red circle", "star", "blue", "green square"]),
+    "max_objects": st.integers(1, 5),
+    "image": st.integers(0, len(IMAGES) - 1),
+    "cancel_at": st.one_of(st.none(), st.integers(0, 12)),
+    "timeout": st.one_of(st.none(), st.integers(1, 8)),
+})
+
+
+def run(engine: Engine, clock: Clock, schedule: list[dict]) -> list:
+    """One tick = one engine step = one second of the engine's clock."""
+    handles: dict[int, object] = {}
+    for tick in itertools.count():
+        for n, req in enumerate(schedule):
+            if req["arrival"] == tick:
+                handles[n] = engine.submit(IMAGES[req["image"]], req["skill"], req["obj"],
+                                           max_objects=req["max_objects"], timeout=req["timeout"])
+            if req["cancel_at"] == tick and n in handles:
+                handles[n].cancel()
+        busy = engine.step()
+        clock.now += 1.0
+        if not busy and len(handles) == len(schedule):
+            break
+        assert tick < 10_000, "the engine never went idle"
+    out = []
+    for n in range(len(schedule)):
+        try:
+            out.append(handles[n].future.result(timeout=0))
+        except (Cancelled, DeadlineExceeded) as e:
+            out.append(type(e).__name__)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(schedule=st.lists(request, min_size=1, max_size=10), max_batch=st.integers(1, 4),
+       max_prefill=st.integers(1, 3), cache=st.integers(0, 2))
+def test_pipelined_equals_blocking_on_random_schedules(tokenizer, schedule, max_batch, max_prefill, cache):
+    outcomes = {}
+    for pipelined in (True, False):
+        clock = Clock()
+        engine, runner = fake_engine(tokenizer, pipelined=pipelined, max_batch=max_batch, clock=clock,
+                                     max_prefill=max_prefill, prefix_cache_size=cache)
+        outcomes[pipelined] = run(engine, clock, schedule)
+        assert idle(engine), engine.pools()
+        assert engine.scheduler.retired == len(schedule)  # each request retired once
+        assert sorted(engine.scheduler.free_rows) == list(range(max_batch))
+        for req, got in zip(schedule, outcomes[pipelined]):
+            if isinstance(got, dict):
+                items = got["objects" if req["skill"] == "detect" else "points"]
+                assert len(items) <= req["max_objects"]
+    # Cancels and deadlines land on the same ticks in both modes, but a pipelined request can finish
+    # a step earlier or later relative to them; finished results must agree wherever both finished.
+    for req, a, b in zip(schedule, outcomes[True], outcomes[False]):
+        if isinstance(a, dict) and isinstance(b, dict):
+            assert a == b, req
+        elif req["cancel_at"] is None and req["timeout"] is None:
+            pytest.fail(f"{req} did not finish: {a!r} / {b!r}")
+
+
+def test_without_cancels_or_deadlines_both_modes_give_the_same_results(tokenizer):
+    schedule = [{"arrival": i % 3, "skill": ["point", "detect"][i % 2], "obj": ["star", "blue"][i % 2],
+                 "max_objects": 1 + i % 4, "image": i % 3, "cancel_at": None, "timeout": None} for i in range(9)]
+    results = []
+    for pipelined in (True, False):
+        clock = Clock()
+        engine, _ = fake_engine(tokenizer, pipelined=pipelined, max_batch=3, clock=clock)
+        results.append(run(engine, clock, schedule))
+    assert results[0] == results[1]
+    assert all(isinstance(r, dict) for r in results[0])
+    assert sum(len(r.get("objects", r.get("points", []))) for r in results[0]) > 0
+
+
+def test_zombie_rows_are_released_only_after_their_last_step(tokenizer, monkeypatch):
+    for pipelined, expect_zombie in ((True, True), (False, False)):
+        engine, _ = fake_engine(tokenizer, pipelined=pipelined, max_batch=2)
+        finished_refs, released_refs = [], []
+        finish, release = engine.scheduler.finish, engine.scheduler.release
+        monkeypatch.setattr(engine.scheduler, "finish",
+                            lambda seq, error=None: (finished_refs.append(seq.inflight_refs) if not seq.finalized else None,
+                                                     finish(seq, error)))
+        monkeypatch.setattr(engine.scheduler, "release",
+                            lambda seq: (released_refs.append(seq.inflight_refs), release(seq)))
+        handles = [engine.submit(IMAGES[i], "detect", "star", max_objects=3) for i in range(2)]
+        engine.run_until_idle()
+        assert all("objects" in h.future.result(timeout=0) for h in handles)
+        assert released_refs == [0, 0]
+        assert any(refs > 0 for refs in finished_refs) is expect_zombie, finished_refs
+        assert idle(engine)
+
+
+def test_deadline_uses_the_engine_clock_not_sleep(tokenizer):
+    clock = Clock()
+    engine, _ = fake_engine(tokenizer, max_batch=1, clock=clock)
+    slow = engine.submit(IMAGES[0], "detect", "star", max_objects=5, timeout=2.5)
+    engine.step()
+    clock.now += 3.0  # three seconds pass on the engine's clock between two steps
+    engine.run_until_idle()
+    with pytest.raises(DeadlineExceeded):
+        slow.future.result(timeout=0)
+    assert idle(engine)
+
+
+def test_cancel_while_waiting_never_takes_a_row(tokenizer):
+    engine, runner = fake_engine(tokenizer, max_batch=1)
+    first = engine.submit(IMAGES[0], "point", "star", max_objects=2)
+    second = engine.submit(IMAGES[1], "point", "star", max_objects=2)
+    engine.step()  # admits the first (one row)
+    second.cancel()
+    engine.run_until_idle()
+    assert "points" in first.future.result(timeout=0)
+    with pytest.raises(Cancelled):
+        second.future.result(timeout=0)
+    assert runner.admitted == 1 and engine.scheduler.retired == 2 and idle(engine)
+
+
+def test_admission_encodes_each_new_image_once_and_respects_the_limits(tokenizer):
+    engine, runner = fake_engine(tokenizer, max_batch=4, max_prefill=3, prefix_cache_size=4)
+    for _ in range(3):  # the same image three times, then a new one
+        engine.submit(IMAGES[0], "detect", "star", max_objects=1)
+    engine.submit(IMAGES[1], "detect", "star", max_objects=1)
+    engine.step()
+    # The first copy is encoded; its twins wait one step for the cache instead of encoding again.
+    assert runner.prefills[0] == [0] and runner.encoded == 1
+    engine.run_until_idle()
+    assert runner.encoded == 2  # IMAGES[0] once, IMAGES[1] once
+    assert all(len(rows) <= 3 for rows in runner.prefills)
+    assert idle(engine)
+
+
+def test_a_failing_step_fails_what_is_in_flight_and_the_engine_keeps_serving(tokenizer, monkeypatch):
+    engine, runner = fake_engine(tokenizer, max_batch=2)
+    engine.start()
+    try:
+        real = runner.finalize
+        calls = itertools.count()
+        monkeypatch.setattr(runner, "finalize", lambda *a: (_ for _ in ()).throw(RuntimeError("device lost"))
+                            if next(calls) == 0 else real(*a))
+        doomed = engine.submit(IMAGES[0], "point", "star", max_objects=2)
+        with pytest.raises(RuntimeError, match="engine error: device lost"):
+            doomed.result(timeout=30)
+        assert "points" in engine.point(IMAGES[1], "star", max_objects=2, timeout=30)
+    finally:
+        engine.close()
+    assert idle(engine)
+
+
+def test_the_fake_runner_refuses_out_of_order_use():
+    runner = FakeRunner(rows=2, max_len=400, coord_id=5, size_id=6, eos_id=0, vocab_size=512)
+    with pytest.raises(Exception, match="never written"):
+        runner.read_results(0, 2, [0])
+    runner.scripts = {0: RowScript(target=1, seed=0)}
+    states = np.zeros(1, dtype=np.int64)
+    runner.finalize(0, 1, states, np.ones(1, dtype=np.int64))
+    with pytest.raises(Exception, match="overwritten"):
+        runner.finalize(0, 1, states, np.ones(1, dtype=np.int64))
