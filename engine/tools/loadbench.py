@@ -1,0 +1,201 @@
+"""Whole-request load benchmark: closed-loop clients through the public `Engine` API.
+
+    python -m engine.loadbench [--device cuda|cpu] [--preset moondream2|tiny] [--size 640x480]
+                               [--tasks detect,point] [--modes unique,same] [--conc 1,32,64]
+                               [--max-objects 10] [--json OUT]
+
+The scenario of the Kestrel side-by-side (docs in the README): random weights with the
+coordinate logit raised, so every request emits exactly `--max-objects` objects (detect: 3
+tokens each, point: 2, then EOS); one `--size` RGB image per request; `c` client threads, each
+sending its next request when its last one returns. `unique`: every request a different image
+(a few pixels changed: every request misses the prefix cache); `same`: one image for all.
+A warm-up wave (one request per client, other images) runs before each timed row.
+
+Per row: requests/s, latency mean/p50/p90 (submit → result), time to first object (submit →
+the first `on_object` callback) and decode steps per second. If any request returns a number
+of objects other than `--max-objects`, the run stops without printing a table: its rows would
+not measure the scenario.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import threading
+import time
+
+import numpy as np
+import torch
+
+from engine.model.config import PRESETS
+from engine.serving.engine import Engine
+from engine.serving.skills import prompt_ids
+from engine.serving.limits import kv_positions
+from engine.tools.bench import build_model
+from engine.training.vocab import build_tokenizer
+
+OBJECT = "car"
+
+
+class ImageSource:
+    """Request images: `same` returns one image; `unique` changes 4 pixels of it per request."""
+
+    def __init__(self, width: int, height: int, mode: str, seed: int) -> None:
+        self.base = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+        self.mode = mode
+        self.counter = 0
+        self.lock = threading.Lock()
+
+    def next(self) -> np.ndarray:
+        if self.mode == "same":
+            return self.base
+        with self.lock:
+            self.counter += 1
+            n = self.counter
+        image = self.base.copy()
+        flat = image.reshape(-1, 3)
+        for k in range(4):  # a distinct pixel pattern per request (n < 256**4)
+            flat[k] = (n >> (8 * k)) & 0xFF
+        return image
+
+
+class MismatchError(RuntimeError):
+    pass
+
+
+def run_wave(engine: Engine, images: ImageSource, task: str, clients: int, per_client: int,
+             max_objects: int) -> dict:
+    """`clients` threads, `per_client` requests each, closed loop. Returns raw timings."""
+    latencies: list[float] = []
+    first_object: list[float] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def client() -> None:
+        for _ in range(per_client):
+            image = images.next()
+            start = time.perf_counter()
+            first: list[float] = []
+            handle = engine.submit(image, task, OBJECT, max_objects=max_objects,
+                                   on_object=lambda _obj: first or first.append(time.perf_counter()))
+            try:
+                result = handle.result()
+            except BaseException as e:  # reported after the wave
+                with lock:
+                    errors.append(e)
+                return
+            end = time.perf_counter()
+            found = len(result["objects" if task == "detect" else "points"])
+            with lock:
+                if found != max_objects:
+                    errors.append(MismatchError(f"a {task} request returned {found} objects, not {max_objects}"))
+                latencies.append(end - start)
+                first_object.append(first[0] - start if first else float("nan"))
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    steps0 = engine.decode_steps
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return {"latencies": latencies, "first_object": first_object, "wall": wall,
+            "decode_steps": engine.decode_steps - steps0}
+
+
+def summarise(task: str, mode: str, clients: int, raw: dict) -> dict:
+    lat = np.array(raw["latencies"]) * 1e3
+    ttfo = np.array(raw["first_object"]) * 1e3
+    n = len(lat)
+    return {"task": task, "image": mode, "c": clients, "requests": n, "req_per_s": n / raw["wall"],
+            "latency_mean_ms": float(lat.mean()), "latency_p50_ms": float(np.percentile(lat, 50)),
+            "latency_p90_ms": float(np.percentile(lat, 90)), "first_object_mean_ms": float(np.nanmean(ttfo)),
+            "first_object_p50_ms": float(np.nanpercentile(ttfo, 50)),
+            "decode_steps_per_s": raw["decode_steps"] / raw["wall"]}
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise SystemExit(f"--size must look like 640x480, got {text!r}") from None
+    if w < 1 or h < 1:
+        raise SystemExit(f"--size must be positive, got {text!r}")
+    return w, h
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m engine.loadbench", description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--preset", default="moondream2", choices=sorted(PRESETS))
+    p.add_argument("--dtype", default=None, help="default: bf16 on cuda, fp32 on cpu")
+    p.add_argument("--size", default="640x480", help="image width x height")
+    p.add_argument("--tasks", default="detect,point")
+    p.add_argument("--modes", default="unique,same")
+    p.add_argument("--conc", default="1,32,64", help="closed-loop client counts")
+    p.add_argument("--max-objects", type=int, default=10)
+    p.add_argument("--requests", type=int, default=20, help="requests of a single client (c=1)")
+    p.add_argument("--per-client", type=int, default=6, help="requests per client when c > 1")
+    p.add_argument("--max-batch", type=int, default=None, help="engine KV rows (default: the largest --conc)")
+    p.add_argument("--prefix-cache", type=int, default=16, help="engine prefix_cache_size")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, help="write the table as JSON here")
+    args = p.parse_args(argv)
+    tasks, modes = args.tasks.split(","), args.modes.split(",")
+    for t in tasks:
+        if t not in ("detect", "point"):
+            raise SystemExit(f"--tasks: unknown task {t!r} (use detect, point)")
+    for m in modes:
+        if m not in ("unique", "same"):
+            raise SystemExit(f"--modes: unknown mode {m!r} (use unique, same)")
+    conc = [int(c) for c in args.conc.split(",")]
+    width, height = parse_size(args.size)
+    dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
+    model = build_model(args.preset, args.device, dtype, args.seed)
+    cfg = model.config
+    tokenizer = build_tokenizer(vocab_size=min(512, cfg.text.vocab_size))
+    engine = Engine(model, tokenizer, max_batch=args.max_batch or max(conc), prefix_cache_size=args.prefix_cache,
+                    max_objects=args.max_objects)
+    prompt = prompt_ids(cfg.tokens, lambda s: tokenizer.encode(s).ids, "detect", OBJECT)
+    graphs = engine.runner.capture_all(kv_positions(cfg.prefix_len, len(prompt), "detect", args.max_objects))
+    engine.start()
+    rows = []
+    seed = args.seed
+    try:
+        for task in tasks:
+            for mode in modes:
+                for c in conc:
+                    seed += 1
+                    images = ImageSource(width, height, mode, seed)
+                    run_wave(engine, ImageSource(width, height, mode, seed + 10_000), task, c, 1, args.max_objects)
+                    raw = run_wave(engine, images, task, c, args.requests if c == 1 else args.per_client,
+                                   args.max_objects)
+                    rows.append(summarise(task, mode, c, raw))
+                    print(f"  {task} {mode} c={c}: {rows[-1]['req_per_s']:.1f} req/s", flush=True)
+    except MismatchError as e:
+        raise SystemExit(f"refusing to report: {e} (the scenario needs every request to reach --max-objects)")
+    finally:
+        engine.close()
+    gpu = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
+    print(f"{args.preset} {dtype} on {gpu}; {width}x{height} images, {args.max_objects} objects/request, "
+          f"max_batch {engine.config.max_batch}, {graphs} CUDA graphs")
+    print(f"{'task':>6} {'image':>6} {'c':>3} {'reqs':>5} {'req/s':>8} {'mean ms':>8} {'p50 ms':>8} {'p90 ms':>8} "
+          f"{'1st obj ms':>10} {'decode steps/s':>14}")
+    for r in rows:
+        print(f"{r['task']:>6} {r['image']:>6} {r['c']:>3} {r['requests']:>5} {r['req_per_s']:>8.1f} "
+              f"{r['latency_mean_ms']:>8.1f} {r['latency_p50_ms']:>8.1f} {r['latency_p90_ms']:>8.1f} "
+              f"{r['first_object_mean_ms']:>10.1f} {r['decode_steps_per_s']:>14.1f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": gpu, "preset": args.preset, "dtype": dtype, "size": [width, height],
+                       "max_objects": args.max_objects, "max_batch": engine.config.max_batch,
+                       "prefix_cache_size": args.prefix_cache, "torch": torch.__version__, "rows": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""`python -m engine.loadbench` on the CPU (tiny preset): the table, the JSON, and the refusal."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import Future
+
+import pytest
+
+from engine.tools import loadbench
+
+
+def test_loadbench_tiny_cpu_writes_every_row(tmp_path, capsys):
+    out = tmp_path / "lb.json"
+    assert loadbench.main(["--preset", "tiny", "--device", "cpu", "--size", "160x120", "--conc", "1,3",
+                           "--requests", "2", "--per-client", "1", "--max-objects", "3", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert [(r["task"], r["image"], r["c"]) for r in data["rows"]] == [
+        (t, m, c) for t in ("detect", "point") for m in ("unique", "same") for c in (1, 3)]
+    for r in data["rows"]:
+        assert r["requests"] == (2 if r["c"] == 1 else 3)
+        assert r["req_per_s"] > 0 and r["decode_steps_per_s"] > 0
+        assert 0 < r["first_object_mean_ms"] <= r["latency_mean_ms"]
+        assert r["latency_p50_ms"] <= r["latency_p90_ms"]
+    assert "req/s" in capsys.readouterr().out
+
+
+def test_unique_images_differ_and_same_images_do_not():
+    unique = loadbench.ImageSource(8, 4, "unique", 0)
+    a, b = unique.next(), unique.next()
+    assert (a != b).any() and (a != unique.base).any()
+    same = loadbench.ImageSource(8, 4, "same", 0)
+    assert same.next() is same.next()
+
+
+class _ShortEngine:
+    """Answers every request with fewer objects than asked."""
+
+    decode_steps = 0
+
+    def submit(self, image, task, obj, *, max_objects, on_object):
+        future = Future()
+        future.set_result({"objects": [], "points": []})
+        return type("Handle", (), {"result": lambda self: future.result()})()
+
+
+def test_a_short_answer_voids_the_run():
+    with pytest.raises(loadbench.MismatchError, match="returned 0 objects, not 2"):
+        loadbench.run_wave(_ShortEngine(), loadbench.ImageSource(8, 4, "same", 0), "detect", 2, 1, 2)
+
+
+def test_bad_size_is_one_clear_line():
+    with pytest.raises(SystemExit, match="--size must look like 640x480"):
+        loadbench.main(["--preset", "tiny", "--device", "cpu", "--size", "big"])
