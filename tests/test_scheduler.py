@@ -199,3 +199,46 @@ def test_the_fake_runner_refuses_out_of_order_use():
     runner.finalize(0, 1, states, np.ones(1, dtype=np.int64))
     with pytest.raises(Exception, match="overwritten"):
         runner.finalize(0, 1, states, np.ones(1, dtype=np.int64))
+
+
+def test_a_cached_image_is_never_cropped_and_crops_run_off_the_caller(tokenizer, monkeypatch):
+    import threading
+
+    from engine.serving import crops as crops_module
+
+    made = []
+    real = crops_module.overlap_crop_image
+    monkeypatch.setattr(crops_module, "overlap_crop_image",
+                        lambda picture, cfg: made.append(threading.current_thread().name) or real(picture, cfg))
+    engine, runner = fake_engine(tokenizer, max_batch=2, prefix_cache_size=2)
+    engine.submit(IMAGES[0], "point", "star", max_objects=1)
+    engine.submit(IMAGES[0].copy(), "point", "blue", max_objects=1)  # same pixels: shares the first's crops
+    engine.run_until_idle()
+    late = engine.submit(IMAGES[0].copy(), "detect", "star", max_objects=1)  # prefix cached: no crops at all
+    assert late.seq.crops is None
+    engine.run_until_idle()
+    assert runner.encoded == 1 and len(made) == 1 and made[0].startswith("crops")
+    assert idle(engine)
+
+
+def test_cached_prompts_are_prefilled_together_beyond_the_image_limit(tokenizer):
+    engine, runner = fake_engine(tokenizer, max_batch=6, max_prefill=1, prefix_cache_size=2)
+    for _ in range(6):
+        engine.submit(IMAGES[1], "point", "star", max_objects=1)
+    engine.run_until_idle()
+    # One step encodes the image; the five twins share one prompt-only prefill step.
+    assert runner.prefills[:2] == [[0], [1, 2, 3, 4, 5]] and runner.encoded == 1
+    assert idle(engine)
+
+
+def test_a_decode_step_runs_between_two_image_prefills(tokenizer):
+    engine, runner = fake_engine(tokenizer, max_batch=4, max_prefill=1, pipelined=False)
+    steps = []
+    launch_prefill, launch_decode = runner.launch_prefill, runner.launch_decode
+    runner.launch_prefill = lambda items, **kw: steps.append("prefill") or launch_prefill(items, **kw)
+    runner.launch_decode = lambda *a: steps.append("decode") or launch_decode(*a)
+    for i in range(3):
+        engine.submit(IMAGES[i], "point", "star", max_objects=3)
+    engine.run_until_idle()
+    assert steps[:5] == ["prefill", "decode", "prefill", "decode", "prefill"]
+    assert idle(engine)

@@ -78,7 +78,7 @@ def run_wave(engine: Engine, images: ImageSource, task: str, clients: int, per_c
             start = time.perf_counter()
             first: list[float] = []
             handle = engine.submit(image, task, OBJECT, max_objects=max_objects,
-                                   on_object=lambda _obj: first or first.append(time.perf_counter()))
+                                   on_object=lambda _obj, first=first: first or first.append(time.perf_counter()))
             try:
                 result = handle.result()
             except BaseException as e:  # reported after the wave
