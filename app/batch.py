@@ -108,7 +108,7 @@ def start_one(engine, job: Job, rel: str) -> Submitted | dict | None:
     """Load one image and submit it. Returns the request in flight, the image's error record,
     or None when stopped before submitting."""
     from engine import EngineBusy
-    from engine.model.image import ImageError, load_image
+    from engine import ImageError, load_image
 
     base = new_record(job, rel)
     start = time.perf_counter()
@@ -146,7 +146,7 @@ def finish_one(job: Job, done: Submitted) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.serving.skills import validate_request
+    from engine import validate_request
 
     if args.ray:
         from app.batch_ray import require_ray
@@ -193,7 +193,7 @@ def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict]
     from tqdm import tqdm
 
     from app.common import open_engine
-    from engine.model.checkpoint import CheckpointError
+    from engine import CheckpointError
 
     todo, skipped, job, redraws = plan(args, root, out, records, images, obj, max_objects)
     annotated = job.annotated

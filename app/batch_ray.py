@@ -68,7 +68,7 @@ def decode_batch(batch):
     import numpy as np
     import pyarrow as pa
 
-    from engine.model.image import ImageError, load_image
+    from engine import ImageError, load_image
 
     out = {"idx": [], "width": [], "height": [], "pixels": [], "error": [], "ms": []}
     for idx, file in zip(batch.column("idx").to_pylist(), batch.column("file").to_pylist()):
@@ -113,7 +113,7 @@ class EngineReplica:
         import pyarrow as pa
 
         from engine import EngineBusy
-        from engine.model.image import ImageError
+        from engine import ImageError
 
         rows = batch.select(["idx", "width", "height", "pixels", "error", "ms"]).to_pylist()
         handles: list = [None] * len(rows)
@@ -213,7 +213,7 @@ def _check_weights(args) -> None:
     nodes: it is then left to the replicas.
     """
     from engine.model.checkpoint import WEIGHTS_FILE, CheckpointError, check_tensors, load_config, read_header
-    from engine.serving.engine import DEFAULT_WEIGHTS
+    from engine import DEFAULT_WEIGHTS
     from engine.model.tokenizer import load_tokenizer
 
     directory = Path(args.weights) if args.weights is not None else DEFAULT_WEIGHTS
@@ -313,7 +313,7 @@ def _record(job: Job, rel: str, shown_file: str, row: dict) -> dict:
 
 
 def _draw(job: Job, rec: dict) -> dict:
-    from engine.model.image import ImageError, load_image
+    from engine import ImageError, load_image
 
     try:
         picture = load_image(job.root / rec["path"])

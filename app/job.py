@@ -190,7 +190,7 @@ def draw_into(job: Job, rel: str, picture, record: dict) -> None:
 def redraw(job: Job, record: dict) -> None:
     """Draw an image recorded by an earlier run (no inference) when its annotated copy is missing."""
     from app.draw import draw_result
-    from engine.model.image import ImageError, load_image
+    from engine import ImageError, load_image
 
     try:
         picture = load_image(job.root / record["path"])
@@ -237,7 +237,7 @@ def check_prompt_length(weights: str | None, task: str, obj: str) -> None:
     """RequestError when `obj` encodes to more tokens than a prompt may hold (checked once, up front).
     An unreadable checkpoint is left for the model loader to report."""
     from engine.model.config import TokenConfig
-    from engine.serving.engine import DEFAULT_WEIGHTS
+    from engine import DEFAULT_WEIGHTS
     from engine.serving.skills import prompt_ids
     from engine.model.tokenizer import load_tokenizer
 
