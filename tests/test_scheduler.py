@@ -242,3 +242,18 @@ def test_a_decode_step_runs_between_two_image_prefills(tokenizer):
     engine.run_until_idle()
     assert steps[:5] == ["prefill", "decode", "prefill", "decode", "prefill"]
     assert idle(engine)
+
+
+def test_an_array_and_its_pil_image_share_one_key_and_the_array_is_copied():
+    from PIL import Image
+
+    from engine.serving.crops import decode_image
+
+    array = np.ascontiguousarray(IMAGES[2])
+    key, pixels = decode_image(array)
+    assert key == decode_image(Image.fromarray(array))[0] == decode_image(array[::-1][::-1].copy())[0]
+    assert pixels is not array and np.array_equal(pixels, array)
+    changed = array.copy()
+    changed[0, 0, 0] ^= 1
+    assert decode_image(changed)[0] != key
+    assert decode_image(array[:, :-1])[0] != key  # same bytes prefix, other size

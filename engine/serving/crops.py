@@ -1,7 +1,7 @@
 """`CropService`: overlap crops made off the engine thread, once per image, only when needed.
 
-`Engine.submit` decodes the image and hashes its pixels in the caller's thread; it asks for
-crops only if the image's prefix is not cached. Crops run on a small thread pool (the resize
+`Engine.submit` decodes the image and hashes its pixels in the caller's thread (`decode_image`);
+it asks for crops only if the image's prefix is not cached. Crops run on a small thread pool (the resize
 releases the GIL), so neither the caller nor the engine's step loop waits for them; requests
 for an image whose crops are already being made share that work. The scheduler admits a
 request that needs crops only once they are ready (`Future.done()`); a request whose prefix
@@ -20,15 +20,28 @@ import numpy as np
 from PIL import Image
 
 from engine.model.config import VisionConfig
-from engine.model.image import overlap_crop_image
+from engine.model.image import MAX_PIXELS, ImageSource, load_image, overlap_crop_image
 
 
-def image_key(picture: Image.Image) -> str:
-    """The prefix-cache key of a decoded RGB image: a hash of its pixels and size."""
-    pixels = np.asarray(picture)
-    digest = hashlib.blake2b(pixels.data if pixels.flags.c_contiguous else pixels.tobytes(), digest_size=20)
-    digest.update(repr(picture.size).encode())
+def pixel_key(pixels: bytes | memoryview, size: tuple[int, int]) -> str:
+    """The prefix-cache key of RGB pixels (row-major uint8 HxWx3 bytes) of `size` (width, height)."""
+    digest = hashlib.sha256(pixels)  # hashlib releases the GIL while it hashes
+    digest.update(repr(tuple(size)).encode())
     return digest.hexdigest()
+
+
+def decode_image(source: ImageSource) -> tuple[str, Image.Image | np.ndarray]:
+    """(prefix-cache key, pixels) of a request's image, in the caller's thread.
+
+    An RGB uint8 array is hashed as it is and copied (the caller may reuse it); anything else
+    goes through `load_image` (decode, EXIF, RGB). Both give the same key for the same pixels.
+    """
+    if (isinstance(source, np.ndarray) and source.dtype == np.uint8 and source.ndim == 3 and source.shape[2] == 3
+            and 0 < source.shape[0] * source.shape[1] <= MAX_PIXELS):
+        pixels = np.array(source, order="C")  # [H, W, 3]
+        return pixel_key(pixels.data, (pixels.shape[1], pixels.shape[0])), pixels
+    picture = load_image(source)
+    return pixel_key(picture.tobytes(), picture.size), picture
 
 
 class CropService:

@@ -42,11 +42,10 @@ import torch
 
 from engine.model.checkpoint import CheckpointError, load_model
 from engine.model.config import MoondreamConfig
-from engine.model.image import load_image
 from engine.model.moondream import MoondreamModel
 from engine.model.tokenizer import load_tokenizer
 from engine.serving.config import EngineConfig
-from engine.serving.crops import CropService, image_key
+from engine.serving.crops import CropService, decode_image
 from engine.serving.errors import Cancelled, DeadlineExceeded, EngineBusy, RequestError
 from engine.serving.limits import DEFAULT_MAX_OBJECTS, answer_budget, kv_positions
 from engine.serving.scheduler import Scheduler
@@ -170,8 +169,7 @@ class Engine:
         if need > self.runner.scratch_pos:
             raise RequestError(f"request needs {need} KV positions; this engine holds {self.runner.scratch_pos} "
                                f"per row (lower max_objects or raise max_len)")
-        picture = load_image(image)
-        key = image_key(picture)
+        key, picture = decode_image(image)
         crops = None if key in self.prefix_cache else self.crops.request(key, picture)
         seq = Sequence(next(self._ids), skill, prompt, max_objects, answer_budget(skill, max_objects), key, picture, crops,
                        on_object=on_object, deadline=None if timeout is None else self.clock() + timeout)

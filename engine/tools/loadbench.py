@@ -29,11 +29,13 @@ import numpy as np
 import torch
 
 from engine.model.config import PRESETS
+from engine.model.image import load_image, overlap_crop_image
 from engine.serving.engine import Engine
 from engine.serving.skills import prompt_ids
 from engine.serving.limits import kv_positions
 from engine.tools.bench import build_model
 from engine.training.vocab import build_tokenizer
+from engine.worker.runner import PrefillItem
 
 OBJECT = "car"
 
@@ -107,6 +109,28 @@ def run_wave(engine: Engine, images: ImageSource, task: str, clients: int, per_c
             "decode_steps": engine.decode_steps - steps0}
 
 
+@torch.inference_mode()
+def prefill_probe(engine: Engine, width: int, height: int, counts: list[int], repeats: int = 3) -> dict[int, float]:
+    """Milliseconds (best of `repeats`, device synchronised) of one prefill step of n new images:
+    vision + image prefix + prompt, on KV rows 0..n-1 before the engine serves anything."""
+    cfg = engine.model_config
+    source = ImageSource(width, height, "unique", 99)
+    crops = overlap_crop_image(load_image(source.next()), cfg.vision)
+    prompt = prompt_ids(cfg.tokens, lambda s: engine.tokenizer.encode(s).ids, "detect", OBJECT)
+    out = {}
+    for n in counts:
+        items = [PrefillItem(row, crops, None, prompt) for row in range(n)]
+        best = float("inf")
+        for _ in range(repeats + 1):  # the first run warms the allocator and kernels
+            engine.runner.synchronize()
+            start = time.perf_counter()
+            engine.runner.launch_prefill(items, keep_prefixes=False)
+            engine.runner.synchronize()
+            best = min(best, time.perf_counter() - start)
+        out[n] = best * 1e3
+    return out
+
+
 def summarise(task: str, mode: str, clients: int, raw: dict) -> dict:
     lat = np.array(raw["latencies"]) * 1e3
     ttfo = np.array(raw["first_object"]) * 1e3
@@ -162,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                     max_objects=args.max_objects)
     prompt = prompt_ids(cfg.tokens, lambda s: tokenizer.encode(s).ids, "detect", OBJECT)
     graphs = engine.runner.capture_all(kv_positions(cfg.prefix_len, len(prompt), "detect", args.max_objects))
+    probe = prefill_probe(engine, width, height, [1, min(8, engine.config.max_batch)])
     engine.start()
     rows = []
     seed = args.seed
@@ -183,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
     print(f"{args.preset} {dtype} on {gpu}; {width}x{height} images, {args.max_objects} objects/request, "
           f"max_batch {engine.config.max_batch}, {graphs} CUDA graphs")
+    print("prefill step of new images (vision + prefix + prompt): "
+          + ", ".join(f"{n} image{'s' * (n > 1)} {ms:.1f} ms ({ms / n:.1f} ms/image)" for n, ms in probe.items()))
     print(f"{'task':>6} {'image':>6} {'c':>3} {'reqs':>5} {'req/s':>8} {'mean ms':>8} {'p50 ms':>8} {'p90 ms':>8} "
           f"{'1st obj ms':>10} {'decode steps/s':>14}")
     for r in rows:
@@ -193,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump({"device": gpu, "preset": args.preset, "dtype": dtype, "size": [width, height],
                        "max_objects": args.max_objects, "max_batch": engine.config.max_batch,
-                       "prefix_cache_size": args.prefix_cache, "torch": torch.__version__, "rows": rows}, f, indent=2)
+                       "prefix_cache_size": args.prefix_cache,
+                       "prefill_ms": {str(n): ms for n, ms in probe.items()}, "torch": torch.__version__, "rows": rows}, f, indent=2)
     return 0
 
 
