@@ -257,3 +257,26 @@ def test_an_array_and_its_pil_image_share_one_key_and_the_array_is_copied():
     changed[0, 0, 0] ^= 1
     assert decode_image(changed)[0] != key
     assert decode_image(array[:, :-1])[0] != key  # same bytes prefix, other size
+
+
+def test_a_failed_crop_fails_its_request_alone(tokenizer, monkeypatch):
+    from engine import RequestError
+    from engine.serving import crops as crops_module
+
+    real = crops_module.overlap_crop_image
+    broken = IMAGES[1].shape
+
+    def crop(picture, cfg):
+        if np.asarray(picture).shape == broken:
+            raise MemoryError("no room\nfor the tiles")
+        return real(picture, cfg)
+
+    monkeypatch.setattr(crops_module, "overlap_crop_image", crop)
+    engine, runner = fake_engine(tokenizer, max_batch=2)
+    doomed = engine.submit(IMAGES[1], "point", "star", max_objects=1)
+    fine = engine.submit(IMAGES[0], "point", "star", max_objects=1)
+    engine.run_until_idle()
+    with pytest.raises(RequestError, match="cannot crop the image: no room for the tiles"):
+        doomed.future.result(timeout=0)
+    assert "points" in fine.future.result(timeout=0)
+    assert runner.encoded == 1 and engine.scheduler.retired == 2 and idle(engine)

@@ -280,6 +280,7 @@ class Engine:
         new_images = 0 if self._encoded_last and plan is not None else self.config.max_prefill
         admitted = self.scheduler.admit(new_images, self.config.max_prefill_cached, self.prefix_cache.get,
                                         self._crops_ready)
+        admitted = [a for a in admitted if self._has_pixels(a.seq, a.prefix is not None)]
         if admitted:
             items = []
             for a in admitted:
@@ -317,6 +318,14 @@ class Engine:
         self.pipeline.commit(step)
         self.scheduler.commit(step.rows, results)
         return True
+
+    def _has_pixels(self, seq: Sequence, cached: bool) -> bool:
+        """An admitted request whose crops failed ends alone, with its error (reap frees its row)."""
+        error = None if cached else seq.crops.exception()
+        if error is not None:
+            seq.picture = seq.crops = None
+            self.scheduler.finish(seq, RequestError(f"cannot crop the image: {' '.join(str(error).split())}"))
+        return error is None
 
     def _crops_ready(self, seq: Sequence) -> bool:
         """Admission: may `seq`, whose prefix is not cached, be encoded now?"""
