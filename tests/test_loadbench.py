@@ -13,8 +13,10 @@ from engine.tools import loadbench
 def test_loadbench_tiny_cpu_writes_every_row(tmp_path, capsys):
     out = tmp_path / "lb.json"
     assert loadbench.main(["--preset", "tiny", "--device", "cpu", "--size", "160x120", "--conc", "1,3",
-                           "--requests", "2", "--per-client", "1", "--max-objects", "3", "--json", str(out)]) == 0
+                           "--requests", "2", "--per-client", "1", "--max-objects", "3", "--max-prefill", "2",
+                           "--crop-threads", "1", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
+    assert (data["max_prefill"], data["crop_threads"], data["max_batch"]) == (2, 1, 3)
     assert [(r["task"], r["image"], r["c"]) for r in data["rows"]] == [
         (t, m, c) for t in ("detect", "point") for m in ("unique", "same") for c in (1, 3)]
     for r in data["rows"]:
@@ -49,6 +51,8 @@ def test_a_short_answer_voids_the_run():
         loadbench.run_wave(_ShortEngine(), loadbench.ImageSource(8, 4, "same", 0), "detect", 2, 1, 2)
 
 
-def test_bad_size_is_one_clear_line():
+def test_bad_options_are_one_clear_line():
     with pytest.raises(SystemExit, match="--size must look like 640x480"):
         loadbench.main(["--preset", "tiny", "--device", "cpu", "--size", "big"])
+    with pytest.raises(SystemExit, match="crop_threads must be a positive whole number"):
+        loadbench.main(["--preset", "tiny", "--device", "cpu", "--crop-threads", "0", "--conc", "1"])

@@ -2,7 +2,7 @@
 
     python -m engine.loadbench [--device cuda|cpu] [--preset moondream2|tiny] [--size 640x480]
                                [--tasks detect,point] [--modes unique,same] [--conc 1,32,64]
-                               [--max-objects 10] [--json OUT]
+                               [--max-objects 10] [--max-prefill N] [--crop-threads N] [--json OUT]
 
 The scenario of the Kestrel side-by-side (docs in the README): random weights with the
 coordinate logit raised, so every request emits exactly `--max-objects` objects (detect: 3
@@ -166,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-client", type=int, default=6, help="requests per client when c > 1")
     p.add_argument("--max-batch", type=int, default=None, help="engine KV rows (default: the largest --conc)")
     p.add_argument("--prefix-cache", type=int, default=16, help="engine prefix_cache_size")
+    p.add_argument("--max-prefill", type=int, default=None, help="engine max_prefill: new images per step")
+    p.add_argument("--max-prefill-cached", type=int, default=None, help="engine max_prefill_cached")
+    p.add_argument("--crop-threads", type=int, default=None, help="engine crop_threads")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the table as JSON here")
     args = p.parse_args(argv)
@@ -182,8 +185,14 @@ def main(argv: list[str] | None = None) -> int:
     model = build_model(args.preset, args.device, dtype, args.seed)
     cfg = model.config
     tokenizer = build_tokenizer(vocab_size=min(512, cfg.text.vocab_size))
-    engine = Engine(model, tokenizer, max_batch=args.max_batch or max(conc), prefix_cache_size=args.prefix_cache,
-                    max_objects=args.max_objects)
+    tuning = {name: value for name, value in (("max_prefill", args.max_prefill),
+                                               ("max_prefill_cached", args.max_prefill_cached),
+                                               ("crop_threads", args.crop_threads)) if value is not None}
+    try:
+        engine = Engine(model, tokenizer, max_batch=args.max_batch or max(conc), prefix_cache_size=args.prefix_cache,
+                        max_objects=args.max_objects, **tuning)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     prompt = prompt_ids(cfg.tokens, lambda s: tokenizer.encode(s).ids, "detect", OBJECT)
     graphs = engine.runner.capture_all(kv_positions(cfg.prefix_len, len(prompt), "detect", args.max_objects))
     probe = prefill_probe(engine, width, height, [1, min(8, engine.config.max_batch)])
@@ -220,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump({"device": gpu, "preset": args.preset, "dtype": dtype, "size": [width, height],
                        "max_objects": args.max_objects, "max_batch": engine.config.max_batch,
+                       "max_prefill": engine.config.max_prefill, "max_prefill_cached": engine.config.max_prefill_cached,
+                       "crop_threads": engine.config.crop_threads,
                        "prefix_cache_size": args.prefix_cache,
                        "prefill_ms": {str(n): ms for n, ms in probe.items()}, "torch": torch.__version__, "rows": rows}, f, indent=2)
     return 0
