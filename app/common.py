@@ -11,8 +11,9 @@ DTYPES = ("fp32", "bf16", "fp16")
 
 
 def open_engine(weights: str | Path | None, *, device: str = "cpu", dtype: str = "fp32", max_batch: int = 16,
-                max_objects: int = MAX_OBJECTS_LIMIT) -> Engine:
-    """Load a checkpoint (None: the embedded model) sized for requests of up to `max_objects` objects.
+                max_objects: int = MAX_OBJECTS_LIMIT, **config) -> Engine:
+    """Load a checkpoint (None: the embedded model) sized for requests of up to `max_objects` objects;
+    `config` overrides other `EngineConfig` fields (e.g. max_queue).
 
     Raises engine.CheckpointError (a ValueError) with a readable message when the
     directory is missing or is not a checkpoint.
@@ -21,4 +22,5 @@ def open_engine(weights: str | Path | None, *, device: str = "cpu", dtype: str =
     if not directory.is_dir():
         hint = "" if weights is not None else " (the embedded model is not installed; pass --weights DIR)"
         raise CheckpointError(f"checkpoint directory {str(directory)!r} does not exist{hint}")
-    return Engine.from_pretrained(directory, device=device, dtype=dtype, max_batch=max_batch, max_objects=max_objects)
+    return Engine.from_pretrained(directory, device=device, dtype=dtype, max_batch=max_batch, max_objects=max_objects,
+                                  **config)
