@@ -2,6 +2,7 @@
 
     python -m app.serve [--host 127.0.0.1] [--port 2020] [--weights DIR] [--device cpu] [--dtype fp32]
                         [--api-key KEY] [--max-batch 16] [--max-queue 256] [--timeout 300] [--max-body-mb 32]
+                        [--ray [--replicas N] [--gpus-per-replica G] [--address ADDR]]
 
 Existing code written for the official `moondream` client runs unchanged against it:
 
@@ -251,7 +252,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-queue", type=int, default=256, help="waiting requests before HTTP 429 (default 256)")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="deadline of one request")
     p.add_argument("--max-body-mb", type=float, default=32.0, metavar="MB", help="largest request body (default 32)")
+    ray = p.add_argument_group("scale-out with Ray Serve (pip install -e .[ray])")
+    ray.add_argument("--ray", action="store_true", help="serve engine replicas behind Ray Serve")
+    ray.add_argument("--replicas", type=int, default=1, help="engine replicas (default 1; one per GPU)")
+    ray.add_argument("--gpus-per-replica", type=float, default=None, metavar="G",
+                     help="GPUs per replica (default 1 with --device cuda, else 0)")
+    ray.add_argument("--address", default=None, metavar="ADDR", help="join this Ray cluster (default: start a local one)")
     args = p.parse_args(argv)
+    if args.replicas < 1:
+        p.error(f"--replicas must be at least 1, got {args.replicas}")
     if not 0 < args.port < 65536:
         p.error(f"--port must be between 1 and 65535, got {args.port}")
     for name in ("max_batch", "max_queue"):
@@ -274,6 +283,13 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     api_key = args.api_key or os.environ.get("MDPIPE_API_KEY") or None
+    limits = ServeLimits(max_body_bytes=int(args.max_body_mb * (1 << 20)), timeout=args.timeout)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: serving on {args.host}: reachable from the network"
+              + ("" if api_key else "; pass --api-key to require a key"), file=sys.stderr)
+    if args.ray:
+        from app.serve_ray import run_ray
+        return run_ray(args, api_key, limits)
     try:
         engine = open_engine(args.weights, device=args.device, dtype=args.dtype, max_batch=args.max_batch,
                              max_queue=args.max_queue)
@@ -281,10 +297,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot load the model: {one_line(e)}", file=sys.stderr)
         return 2
     engine.start()
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: serving on {args.host}: reachable from the network"
-              + ("" if api_key else "; pass --api-key to require a key"), file=sys.stderr)
-    limits = ServeLimits(max_body_bytes=int(args.max_body_mb * (1 << 20)), timeout=args.timeout)
     try:
         uvicorn.run(build_app(engine, api_key=api_key, limits=limits), host=args.host, port=args.port,
                     log_level="warning")

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import base64
 import http.client
+import os
+import signal
+import subprocess
+import sys
 import io
 import json
 import socket
@@ -204,3 +208,31 @@ def test_arguments_are_checked(capsys):
         with pytest.raises(SystemExit):
             parse_args(bad)
         assert "error:" in capsys.readouterr().err
+
+
+def test_ray_serve_replicas_answer_like_the_engine(served, scene, tmp_path):
+    """`--ray --replicas 2`: two engine replicas behind Ray Serve's proxy, same answers and errors."""
+    image, _ = scene
+    port = free_port()
+    root = Path(__file__).resolve().parent.parent
+    log = open(tmp_path / "serve.log", "w")  # Ray logs a lot: a file, not a pipe nobody reads
+    proc = subprocess.Popen([sys.executable, "-m", "app.serve", "--ray", "--replicas", "2", "--port", str(port),
+                             "--api-key", KEY], cwd=root, stdout=subprocess.PIPE, stderr=log, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        for line in proc.stdout:  # blocks until the application is ready (or the process ends)
+            if line.startswith("serving on"):
+                break
+        else:
+            pytest.fail(f"the Ray Serve app did not start: {(tmp_path / 'serve.log').read_text()[-3000:]}")
+        model = md.vl(endpoint=f"http://127.0.0.1:{port}/v1", api_key=KEY)
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda obj: model.point(image, obj), ["star", "blue", "red circle", "star"] * 2))
+        want = {obj: served.engine.point(jpeg_bytes(image), obj, timeout=120) for obj in ("star", "blue", "red circle")}
+        assert got == [want[obj] for obj in ["star", "blue", "red circle", "star"] * 2]
+        code, body = post(f"http://127.0.0.1:{port}/v1/detect", {"object": "star"}, {"X-Moondream-Auth": KEY})
+        assert code == 400 and "image_url is missing" in body["error"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+        log.close()
