@@ -6,9 +6,20 @@ Everything is generated here, deterministically (fixed seeds), once per session.
 from __future__ import annotations
 
 from contextlib import contextmanager
+import atexit
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+# No test may touch the network: the Hugging Face Hub is offline and its cache an empty folder of
+# this session (tests that need cached files write them, see hf_cache). Set before huggingface_hub
+# is imported (it reads these once); subprocesses inherit them.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HUB_CACHE"] = tempfile.mkdtemp(prefix="hf-cache-")
+atexit.register(shutil.rmtree, os.environ["HF_HUB_CACHE"], True)
 
 import numpy as np
 import pytest
