@@ -123,3 +123,22 @@ def make_checkpoint(dest: Path, seed: int) -> Path:
     subprocess.run([sys.executable, "-m", "engine", "random-checkpoint", str(dest), "--preset", "tiny",
                     "--seed", str(seed)], check=True, cwd=Path(__file__).resolve().parent.parent, capture_output=True)
     return dest
+
+
+def hf_cache_snapshot(cache: Path, repo_id: str, revision: str, files: dict[str, bytes],
+                      commit: str = "0123456789abcdef0123456789abcdef01234567") -> Path:
+    """Write `files` into a Hugging Face cache in its standard layout, as a download of `repo_id` at
+    `revision` would: models--org--name/refs/<revision> holds the commit, snapshots/<commit>/ the files."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / revision).write_text(commit)
+    for name, data in files.items():
+        (snapshot / name).write_bytes(data)
+    return snapshot
+
+
+def checkpoint_files(directory: Path, names: tuple[str, ...] = ("model.safetensors", "config.json", "tokenizer.json")
+                     ) -> dict[str, bytes]:
+    return {name: (directory / name).read_bytes() for name in names}
