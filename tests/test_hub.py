@@ -234,3 +234,24 @@ def test_cli_hub_id_prints_the_model_line_and_refuses_cuda(hub_cache, eager_ckpt
         assert bad.stderr.strip() == (f"error: --device cuda: this PyTorch ({torch.__version__}) is built without "
                                       "CUDA; install a CUDA build of torch (https://pytorch.org/get-started/locally/) "
                                       "or use --device cpu")
+
+
+def test_batch_tool_takes_a_hub_id_and_names_the_model(hub_cache, eager_ckpt, small_image_png, tmp_path, capsys):
+    from app.batch import main as batch_main
+
+    hf_cache_snapshot(hub_cache, "acme/eager", "main", checkpoint_files(eager_ckpt))
+    src = tmp_path / "images"
+    src.mkdir()
+    (src / "a.png").write_bytes(small_image_png.read_bytes())
+    out = tmp_path / "out"
+    code = batch_main([str(src), "--task", "point", "--object", "red circle", "--max-objects", "2", "--quiet",
+                       "--weights", "acme/eager@main", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert any(line.startswith("model: acme/eager@main · ") and line.endswith(" · cpu · fp32")
+               for line in err.splitlines()), err
+    record = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+    assert len(record["result"]["points"]) == 2
+    assert batch_main([str(src), "--task", "point", "--object", "red circle", "--quiet", "--weights",
+                       "acme/missing", "--out", str(tmp_path / "out2")]) == 2
+    assert "cannot load the model: acme/missing: " in capsys.readouterr().err
