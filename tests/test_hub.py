@@ -168,6 +168,15 @@ def test_corrupt_tokenizer_json_is_refused(tmp_path, tiny_ckpt, hub_cache):
         Engine.from_pretrained(weights)
 
 
+def test_special_ids_are_checked_by_name():
+    """answer 3, coord 5, size 6 must be <|md_reserved_2|>, <|md_reserved_4|>, <|md_reserved_5|>."""
+    names = [f"<|md_reserved_{k}|>" for k in range(9)]
+    names[3], names[4] = names[4], names[3]          # coord (id 5) holds the wrong token
+    vocab = {"<|endoftext|>": 0, **{n: i + 1 for i, n in enumerate(names)}, "detect": 10, "point": 11, "[UNK]": 12}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    assert starmie_problems(tok, TINY) == ["special ids differ from starmie's: <|md_reserved_4|> is 4, not 5"]
+
+
 def test_template_ids_must_exist(tokenizer):
     import dataclasses
 

@@ -50,22 +50,24 @@ def starmie_problems(tok: Tokenizer, config: MoondreamConfig) -> list[str]:
     """Why `tok` cannot encode prompts for a model of `config` ([] when it can).
 
     A Moondream-2 starmie tokenizer has `<|endoftext|>` = 0 (BOS = EOS) and `<|md_reserved_k|>` =
-    k + 1 (answer 3, coord 5, size 6); every template id the prompts use exists; and its vocabulary
-    fits the model's embedding table.
+    k + 1 (answer 3, coord 5, size 6); the special ids `config.tokens` uses are checked by name,
+    every other template id must exist, and the vocabulary must fit the model's embedding table.
     """
     problems = []
     vocab, limit = tok.get_vocab_size(), config.text.vocab_size
     if vocab > limit:
         problems.append(f"it has {vocab} tokens but the model only {limit}")
-    wrong = [f"{name} is {tok.token_to_id(name)}, not {i}" for i, name in enumerate(STARMIE_SPECIAL_TOKENS)
-             if tok.token_to_id(name) != i]
+    t = config.tokens
+    used = sorted({*t.detect_prefix, *t.point_prefix, *t.prompt_suffix})
+    specials = sorted({t.bos_id, t.eos_id, t.answer_id, t.coord_id, t.size_id,
+                       *(i for i in used if i < len(STARMIE_SPECIAL_TOKENS))})
+    wrong = [f"{STARMIE_SPECIAL_TOKENS[i]} is {tok.token_to_id(STARMIE_SPECIAL_TOKENS[i])}, not {i}"
+             for i in specials if i < len(STARMIE_SPECIAL_TOKENS) and tok.token_to_id(STARMIE_SPECIAL_TOKENS[i]) != i]
     if wrong:
         eos = tok.token_to_id("<|endoftext|>")
         style = f" (<|endoftext|> = {eos}: a GPT-2-style tokenizer)" if eos not in (None, 0) else ""
         problems.append("special ids differ from starmie's: " + "; ".join(wrong[:3])
                         + (f"; and {len(wrong) - 3} more" if len(wrong) > 3 else "") + style)
-    t = config.tokens
-    used = sorted({*t.detect_prefix, *t.point_prefix, *t.prompt_suffix})
     absent = [i for i in used if i >= min(vocab, limit) or tok.id_to_token(i) is None]
     if absent:
         problems.append(f"the prompt template ids {absent} are not in its vocabulary")
