@@ -11,8 +11,10 @@ import re
 
 import torch
 
+from engine.model.checkpoint import DTYPES
+
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
-DTYPE_CHOICES = ("auto", "fp32", "bf16", "fp16")
+DTYPE_CHOICES = ("auto", "fp32", "bf16", "fp16")   # what the command lines offer
 CUDA_INSTALL = "a CUDA build of torch (https://pytorch.org/get-started/locally/)"
 
 
@@ -43,10 +45,11 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return torch.device("cuda", index)
 
 
-def resolve_dtype(dtype: str = "auto", device: torch.device | None = None) -> str:
+def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None = None) -> str:
     """The dtype name for `device`: `auto` → bf16 on CUDA (fp16 where bf16 is unsupported), fp32 on CPU."""
-    name = str(dtype).strip().lower()
-    if name not in DTYPE_CHOICES:
+    names = {v: k for k, v in DTYPES.items()}
+    name = names.get(dtype, "?") if isinstance(dtype, torch.dtype) else str(dtype).strip().lower()
+    if name != "auto" and name not in DTYPES:   # fp64 too: the tests' near-exact comparisons use it
         raise DeviceError(f"unknown dtype {str(dtype)!r}; choose one of {', '.join(DTYPE_CHOICES)}")
     if name != "auto":
         return name
@@ -55,7 +58,7 @@ def resolve_dtype(dtype: str = "auto", device: torch.device | None = None) -> st
     return "fp32"
 
 
-def resolve(device: str | torch.device = "auto", dtype: str = "auto") -> tuple[torch.device, str]:
+def resolve(device: str | torch.device = "auto", dtype: str | torch.dtype = "auto") -> tuple[torch.device, str]:
     """(torch device, dtype name) for the `--device` / `--dtype` pair."""
     dev = resolve_device(device)
     return dev, resolve_dtype(dtype, dev)
