@@ -78,7 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="Ray cluster to join: 'auto', 'ray://host:10001', 'host:6379' (default: start a local one)")
     r.add_argument("--replicas", type=int, default=1, metavar="N", help="engine replicas (default 1)")
     r.add_argument("--gpus-per-replica", type=float, default=None, metavar="G",
-                   help="GPUs reserved per replica (default: 1 on CUDA, i.e. --device cuda, or auto on a machine with a GPU; else 0)")
+                   help="GPUs reserved per replica (default: 1 on CUDA, i.e. --device cuda, or auto on a "
+                        "machine with a GPU; else 0)")
     args = p.parse_args(argv)
     for name in ("max_batch", "window", "replicas"):
         if getattr(args, name) < 1:
@@ -199,7 +200,8 @@ def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict]
     if todo:
         try:
             engine = open_engine(args.weights, tokenizer=args.tokenizer, device=args.device, dtype=args.dtype,
-                                 max_batch=args.max_batch, max_objects=max_objects, progress=not args.quiet and sys.stderr.isatty())
+                                 max_batch=args.max_batch, max_objects=max_objects,
+                                 progress=not args.quiet and sys.stderr.isatty())
         except LOAD_ERRORS as e:
             raise UsageError(f"cannot load the model: {e}") from None
         print(startup_line(engine), file=sys.stderr, flush=True)

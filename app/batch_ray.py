@@ -295,7 +295,8 @@ def _build(ray, args, root: Path, todo: list[str], obj: str, max_objects: int):
                         num_cpus=1)
     return ds.map_batches(
         EngineReplica,
-        fn_constructor_kwargs=dict(weights=_local(args.weights) or args.weights, tokenizer=_local(args.tokenizer) or args.tokenizer,
+        fn_constructor_kwargs=dict(weights=_local(args.weights) or args.weights,
+                                   tokenizer=_local(args.tokenizer) or args.tokenizer,
                                    device=device, dtype=args.dtype, max_batch=args.max_batch,
                                    max_objects=max_objects, task=args.task, obj=obj),
         batch_size=per_call, batch_format="pyarrow",

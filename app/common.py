@@ -20,8 +20,8 @@ def open_engine(weights: str | Path | None, *, tokenizer: str | None = None, dev
     Raises one of LOAD_ERRORS with a readable message when the weights, the tokenizer or the
     device cannot be used.
     """
-    return Engine.from_pretrained(weights_or_default(weights), tokenizer=tokenizer, device=device, dtype=dtype, progress=progress,
-                                  max_batch=max_batch, max_objects=max_objects)
+    return Engine.from_pretrained(weights_or_default(weights), tokenizer=tokenizer, device=device, dtype=dtype,
+                                  progress=progress, max_batch=max_batch, max_objects=max_objects)
 
 
 def weights_or_default(weights: str | Path | None) -> str | Path:

@@ -82,7 +82,8 @@ def check_tokenizer(tok: Tokenizer, config: MoondreamConfig, label: str, fix: st
     return tok
 
 
-def resolve_tokenizer(spec: str | os.PathLike | None, weights_dir: Path, config: MoondreamConfig) -> tuple[Tokenizer, str]:
+def resolve_tokenizer(spec: str | os.PathLike | None, weights_dir: Path,
+                      config: MoondreamConfig) -> tuple[Tokenizer, str]:
     """(tokenizer, where it came from) for `--tokenizer spec` with weights in `weights_dir`.
 
     `spec` is a tokenizer.json, a directory holding one, or a Hub id (`org/name[@REV]`). Without

@@ -118,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m engine.verify", description=__doc__.splitlines()[0])
     add_model_arguments(p)
-    p.add_argument("--samples", default=str(DEFAULT_SAMPLES), metavar="DIR", help="folder of images (default: built-in)")
+    p.add_argument("--samples", default=str(DEFAULT_SAMPLES), metavar="DIR",
+                   help="folder of images (default: the built-in samples)")
     p.add_argument("--objects", default="hexagon,circle", help="comma-separated objects (default 'hexagon,circle')")
     p.add_argument("--max-objects", type=int, default=10, metavar="N", help="most objects per request (default 10)")
     p.add_argument("--steps", type=int, default=8, metavar="N", help="decisions whose logits are compared (default 8)")
