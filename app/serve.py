@@ -1,6 +1,6 @@
 """`python -m app.serve`: the Moondream HTTP API over one shared, batching engine.
 
-    python -m app.serve [--host 127.0.0.1] [--port 2020] [--weights DIR] [--device cpu] [--dtype fp32]
+    python -m app.serve [--host 127.0.0.1] [--port 2020] [--weights DIR|ID] [--device auto] [--dtype auto]
                         [--api-key KEY] [--max-batch 16] [--max-queue 256] [--timeout 300] [--max-body-mb 32]
                         [--ray [--replicas N] [--gpus-per-replica G] [--address ADDR]]
 
@@ -40,7 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from app.common import DTYPES
+from engine.model.pretrained import add_model_arguments
 from engine import (DEFAULT_MAX_OBJECTS, Cancelled, DeadlineExceeded, Engine, EngineBusy, ImageError,
                     RequestError)
 
@@ -243,9 +243,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m app.serve", description="The Moondream HTTP API (detect, point).")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=2020, help="port (default 2020, the moondream client's local port)")
-    p.add_argument("--weights", default=None, metavar="DIR", help="checkpoint directory (default: the embedded model)")
-    p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
-    p.add_argument("--dtype", default="fp32", choices=DTYPES, help="weights/compute dtype (default fp32)")
+    add_model_arguments(p)
     p.add_argument("--api-key", default=None, metavar="KEY",
                    help="require this key (X-Moondream-Auth or Authorization: Bearer); also read from $MDPIPE_API_KEY")
     p.add_argument("--max-batch", type=int, default=16, help="most requests decoded together (default 16)")
@@ -278,8 +276,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
-    from app.common import open_engine
-    from engine import CheckpointError
+    from app.common import LOAD_ERRORS, open_engine, startup_line
 
     args = parse_args(argv)
     api_key = args.api_key or os.environ.get("MDPIPE_API_KEY") or None
@@ -291,11 +288,12 @@ def main(argv: list[str] | None = None) -> int:
         from app.serve_ray import run_ray
         return run_ray(args, api_key, limits)
     try:
-        engine = open_engine(args.weights, device=args.device, dtype=args.dtype, max_batch=args.max_batch,
-                             max_queue=args.max_queue)
-    except (CheckpointError, OSError) as e:
+        engine = open_engine(args.weights, tokenizer=args.tokenizer, device=args.device, dtype=args.dtype,
+                             max_batch=args.max_batch, max_queue=args.max_queue, progress=sys.stderr.isatty())
+    except LOAD_ERRORS as e:
         print(f"error: cannot load the model: {one_line(e)}", file=sys.stderr)
         return 2
+    print(startup_line(engine), file=sys.stderr, flush=True)
     engine.start()
     try:
         uvicorn.run(build_app(engine, api_key=api_key, limits=limits), host=args.host, port=args.port,

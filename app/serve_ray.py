@@ -29,12 +29,14 @@ def require_serve():
 
 def replica_app_builder(args: argparse.Namespace, api_key: str | None, limits: ServeLimits):
     """A builder Ray Serve calls inside each replica: load the model there, return the ASGI app."""
-    weights, device, dtype, max_batch, max_queue = args.weights, args.device, args.dtype, args.max_batch, args.max_queue
+    weights, tokenizer, device, dtype = args.weights, args.tokenizer, args.device, args.dtype
+    max_batch, max_queue = args.max_batch, args.max_queue
 
     def build():
         from app.common import open_engine
 
-        engine = open_engine(weights, device=device, dtype=dtype, max_batch=max_batch, max_queue=max_queue).start()
+        engine = open_engine(weights, tokenizer=tokenizer, device=device, dtype=dtype, max_batch=max_batch,
+                             max_queue=max_queue).start()
         return build_app(engine, api_key=api_key, limits=limits)
 
     return build
@@ -43,8 +45,11 @@ def replica_app_builder(args: argparse.Namespace, api_key: str | None, limits: S
 def run_ray(args: argparse.Namespace, api_key: str | None, limits: ServeLimits, *,
             ready: threading.Event | None = None, stop: threading.Event | None = None) -> int:
     ray, serve = require_serve()
-    gpus = args.gpus_per_replica if args.gpus_per_replica is not None else (1.0 if args.device.startswith("cuda") else 0.0)
     ray.init(address=args.address, include_dashboard=False, logging_level=logging.WARNING)
+    gpus = args.gpus_per_replica
+    if gpus is None:  # one GPU per replica when the replicas will run on CUDA
+        on_cuda = args.device.startswith("cuda") or (args.device == "auto" and ray.cluster_resources().get("GPU"))
+        gpus = 1.0 if on_cuda else 0.0
     try:
         serve.start(http_options={"host": args.host, "port": args.port})
         deployment = serve.deployment(
