@@ -1,7 +1,7 @@
 """`python -m app.batch`: point/detect one object in every image of a folder.
 
     python -m app.batch DIR --task detect|point --object TEXT [--out OUT] [--max-objects N]
-                        [--recursive] [--draw] [--weights DIR] [--device cpu] [--dtype fp32]
+                        [--recursive] [--draw] [--weights DIR|ID] [--tokenizer PATH|ID] [--device auto] [--dtype auto]
                         [--window 64] [--limit N] [--retry-errors] [--quiet]
                         [--ray [--address ADDR] [--replicas N] [--gpus-per-replica G]]
 
@@ -47,12 +47,12 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from app.common import DTYPES
 from app.job import (RESULTS_NAME, LOADERS, UsageError, default_out, find_images, Journal, Job, new_record, request_error, draw_into, redraw, install_sigint, drain_on_sigint, check_prompt_length, plan, commit, report)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from engine import DEFAULT_MAX_OBJECTS
+    from engine.model.pretrained import add_model_arguments
 
     p = argparse.ArgumentParser(prog="python -m app.batch",
                                 description="Point/detect one object in every image of a folder (JSONL + COCO).")
@@ -65,9 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"most objects per image (default {DEFAULT_MAX_OBJECTS})")
     p.add_argument("--recursive", action="store_true", help="include sub-folders")
     p.add_argument("--draw", action="store_true", help="also write annotated images under OUT/annotated/")
-    p.add_argument("--weights", default=None, metavar="DIR", help="checkpoint directory (default: the embedded model)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="fp32", choices=DTYPES)
+    add_model_arguments(p)
     p.add_argument("--max-batch", type=int, default=16, metavar="N", help="most requests decoded together (default 16)")
     p.add_argument("--window", type=int, default=64, metavar="N",
                    help="most images in flight (default 64; with --ray: images per replica call)")
@@ -80,7 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="Ray cluster to join: 'auto', 'ray://host:10001', 'host:6379' (default: start a local one)")
     r.add_argument("--replicas", type=int, default=1, metavar="N", help="engine replicas (default 1)")
     r.add_argument("--gpus-per-replica", type=float, default=None, metavar="G",
-                   help="GPUs reserved per replica (default: 1 with --device cuda, else 0)")
+                   help="GPUs reserved per replica (default: 1 on CUDA, i.e. --device cuda, or auto on a "
+                        "machine with a GPU; else 0)")
     args = p.parse_args(argv)
     for name in ("max_batch", "window", "replicas"):
         if getattr(args, name) < 1:
@@ -156,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.dir!r} is not a folder")
     try:
         obj, max_objects = validate_request(args.task, args.object, args.max_objects)
-        check_prompt_length(args.weights, args.task, obj)
+        check_prompt_length(args.weights, args.tokenizer, args.task, obj)
     except ValueError as e:
         raise UsageError(str(e)) from None
     out = Path(args.out) if args.out is not None else default_out(root)
@@ -192,8 +191,7 @@ def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict]
          max_objects: int) -> int:
     from tqdm import tqdm
 
-    from app.common import open_engine
-    from engine import CheckpointError
+    from app.common import LOAD_ERRORS, open_engine, startup_line
 
     todo, skipped, job, redraws = plan(args, root, out, records, images, obj, max_objects)
     annotated = job.annotated
@@ -201,10 +199,12 @@ def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict]
     engine = None
     if todo:
         try:
-            engine = open_engine(args.weights, device=args.device, dtype=args.dtype, max_batch=args.max_batch,
-                                 max_objects=max_objects)
-        except (CheckpointError, OSError) as e:
+            engine = open_engine(args.weights, tokenizer=args.tokenizer, device=args.device, dtype=args.dtype,
+                                 max_batch=args.max_batch, max_objects=max_objects,
+                                 progress=not args.quiet and sys.stderr.isatty())
+        except LOAD_ERRORS as e:
             raise UsageError(f"cannot load the model: {e}") from None
+        print(startup_line(engine), file=sys.stderr, flush=True)
         engine.start()
 
     new_ok = new_failed = 0

@@ -233,19 +233,21 @@ def _count(rec: dict) -> int:
     return len(result.get("objects", result.get("points", [])))
 
 
-def check_prompt_length(weights: str | None, task: str, obj: str) -> None:
-    """RequestError when `obj` encodes to more tokens than a prompt may hold (checked once, up front).
-    An unreadable checkpoint is left for the model loader to report."""
+def check_prompt_length(weights: str | None, tokenizer: str | None, task: str, obj: str) -> None:
+    """RequestError when `obj` encodes to more tokens than a prompt may hold (checked once, up front,
+    with a local tokenizer.json; a Hub id is not fetched here). An unusable one is left for the model
+    loader to report."""
     from engine.model.config import TokenConfig
     from engine import DEFAULT_WEIGHTS
     from engine.serving.skills import prompt_ids
     from engine.model.tokenizer import load_tokenizer
 
     try:
-        tokenizer = load_tokenizer(Path(weights if weights is not None else DEFAULT_WEIGHTS) / "tokenizer.json")
+        tok = load_tokenizer(tokenizer if tokenizer is not None
+                             else Path(weights if weights is not None else DEFAULT_WEIGHTS) / "tokenizer.json")
     except Exception:  # noqa: BLE001 - reported by open_engine with the right message
         return
-    prompt_ids(TokenConfig(), lambda s: tokenizer.encode(s).ids, task, obj)
+    prompt_ids(TokenConfig(), lambda s: tok.encode(s).ids, task, obj)
 
 
 def plan(args, root: Path, out: Path, records: dict[str, dict], images: list[str], obj: str,

@@ -40,10 +40,10 @@ from typing import Callable, Iterator
 
 import torch
 
-from engine.model.checkpoint import CheckpointError, load_model
+from engine.model.checkpoint import CheckpointError
 from engine.model.config import MoondreamConfig
 from engine.model.moondream import MoondreamModel
-from engine.model.tokenizer import load_tokenizer
+from engine.model.pretrained import ModelInfo, load_pretrained
 from engine.serving.config import EngineConfig
 from engine.serving.crops import CropService, decode_image
 from engine.serving.errors import Cancelled, DeadlineExceeded, EngineBusy, RequestError
@@ -136,18 +136,19 @@ class Engine:
         self._stop = False
         self.steps = 0
         self.decode_steps = 0
+        self.model_info: ModelInfo | None = None   # set by from_pretrained
 
     @classmethod
-    def from_pretrained(cls, weights: str | Path | None = None, *, device: str = "cpu", dtype: str = "fp32",
+    def from_pretrained(cls, weights: str | Path | None = None, *, tokenizer: str | None = None, device: str = "auto",
+                        dtype: str = "auto", revision: str | None = None, progress: bool = False,
                         config: EngineConfig | None = None, **overrides) -> Engine:
-        """Load a checkpoint directory (default: the embedded model in assets/)."""
-        directory = Path(weights) if weights is not None else DEFAULT_WEIGHTS
-        model = load_model(directory, dtype=dtype, device=device)
-        try:
-            tokenizer = load_tokenizer(directory / "tokenizer.json")
-        except ValueError as e:
-            raise CheckpointError(str(e)) from None
-        return cls(model, tokenizer, config, **overrides)
+        """Load a checkpoint directory or Hub id `org/name[@REV]` (default: the embedded model in
+        assets/); see engine.model.pretrained. `engine.model_info` says what was loaded."""
+        model, tok, info = load_pretrained(DEFAULT_WEIGHTS if weights is None else weights, tokenizer=tokenizer,
+                                           device=device, dtype=dtype, revision=revision, progress=progress)
+        engine = cls(model, tok, config, **overrides)
+        engine.model_info = info
+        return engine
 
     # ---- public API ---------------------------------------------------------------------
     def submit(self, image, skill: str, obj: str, *, max_objects: int = DEFAULT_MAX_OBJECTS,
