@@ -23,7 +23,7 @@ from engine.model.pretrained import add_model_arguments
 from engine.serving.errors import RequestError
 from engine.serving.limits import DEFAULT_MAX_OBJECTS
 from engine.serving.skills import validate_request
-from engine.training.vocab import build_tokenizer
+from engine.training.vocab import stand_in_tokenizer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "random-checkpoint":
         config = PRESETS[args.preset]
-        tokenizer = build_tokenizer(vocab_size=min(512, config.text.vocab_size))
+        tokenizer = stand_in_tokenizer(config)
         save_checkpoint(args.out_dir, random_state_dict(config, seed=args.seed), config, tokenizer.to_str(),
                         preset=args.preset)
         print(f"wrote {args.preset} checkpoint to {args.out_dir}")

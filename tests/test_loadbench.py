@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from concurrent.futures import Future
 
 import pytest
 
@@ -35,20 +34,19 @@ def test_unique_images_differ_and_same_images_do_not():
     assert same.next() is same.next()
 
 
-class _ShortEngine:
+class ShortTarget:
     """Answers every request with fewer objects than asked."""
 
-    decode_steps = 0
+    def send(self, image, task, max_objects):
+        return {"objects": [], "points": []}, None
 
-    def submit(self, image, task, obj, *, max_objects, on_object):
-        future = Future()
-        future.set_result({"objects": [], "points": []})
-        return type("Handle", (), {"result": lambda self: future.result()})()
+    def decode_steps(self) -> int:
+        return 0
 
 
 def test_a_short_answer_voids_the_run():
     with pytest.raises(loadbench.MismatchError, match="returned 0 objects, not 2"):
-        loadbench.run_wave(_ShortEngine(), loadbench.ImageSource(8, 4, "same", 0), "detect", 2, 1, 2)
+        loadbench.run_wave(ShortTarget(), loadbench.ImageSource(8, 4, "same", 0), "detect", 2, 1, 2)
 
 
 def test_bad_options_are_one_clear_line():
@@ -56,3 +54,28 @@ def test_bad_options_are_one_clear_line():
         loadbench.main(["--preset", "tiny", "--device", "cpu", "--size", "big"])
     with pytest.raises(SystemExit, match="crop_threads must be a positive whole number"):
         loadbench.main(["--preset", "tiny", "--device", "cpu", "--crop-threads", "0", "--conc", "1"])
+
+
+def test_loadbench_drives_the_http_server(tmp_path):
+    """--save-checkpoint writes the scenario's model; --url measures `app.serve` serving it."""
+    from app.common import open_engine
+    from engine.tools.loadbench import main
+    from tests.http_server import Server
+
+    ckpt = tmp_path / "scenario"
+    assert main(["--device", "cpu", "--preset", "tiny", "--max-objects", "3", "--save-checkpoint", str(ckpt)]) == 0
+    engine = open_engine(ckpt, device="cpu", dtype="fp32", max_batch=4).start()
+    server = Server(engine)
+    try:
+        out = tmp_path / "http.json"
+        assert main(["--device", "cpu", "--preset", "tiny", "--url", server.url, "--max-objects", "3",
+                     "--size", "120x90", "--tasks", "detect", "--conc", "1,2", "--requests", "2", "--per-client", "2",
+                     "--json", str(out)]) == 0
+    finally:
+        server.close()
+        engine.close()
+    report = json.loads(out.read_text())
+    assert report["target"].startswith("python -m app.serve")
+    assert [(r["image"], r["c"]) for r in report["rows"]] == [("unique", 1), ("unique", 2), ("same", 1), ("same", 2)]
+    assert all(r["req_per_s"] > 0 and r["decode_steps_per_s"] > 0 and r["first_object_mean_ms"] is None
+               for r in report["rows"])

@@ -25,13 +25,13 @@ from pathlib import Path
 
 import moondream as md
 import pytest
-import uvicorn
 from PIL import Image
 
 from app.common import open_engine
-from app.serve import ServeLimits, build_app, parse_args
+from app.serve import ServeLimits, parse_args
 from app.tools.screenshot import free_port
 from tests.conftest import torch_threads
+from tests.http_server import Server
 
 KEY = "s3cret-key"
 SAMPLES = Path(__file__).resolve().parent.parent / "assets" / "samples"
@@ -42,24 +42,6 @@ def jpeg_bytes(image: Image.Image) -> bytes:
     buf = io.BytesIO()
     image.convert("RGB").save(buf, format="JPEG", quality=95)
     return buf.getvalue()
-
-
-class Server:
-    def __init__(self, engine, **kw) -> None:
-        self.engine = engine
-        self.port = free_port()
-        config = uvicorn.Config(build_app(engine, **kw), host="127.0.0.1", port=self.port, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        while not self.server.started:  # uvicorn sets it once the socket listens
-            assert self.thread.is_alive(), "uvicorn did not start"
-            time.sleep(0.01)
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-
-    def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 @pytest.fixture(scope="module")
