@@ -20,9 +20,10 @@ from engine.serving.skills import ObjectBuilder
 
 @torch.inference_mode()
 def reference_generate(model: MoondreamModel, crops: OverlapCrops, prompt: list[int], skill: str,
-                       max_objects: int, kernels: KernelChoice = "torch") -> dict:
+                       max_objects: int, kernels: KernelChoice = "torch", repeat_guard: bool = True) -> dict:
     """Greedy point/detect of one request. `kernels` defaults to the PyTorch decode path: the
-    oracle does not share the fused kernels it checks."""
+    oracle does not share the fused kernels it checks. `repeat_guard`: stop at a near-duplicate
+    object, as the engine does (EngineConfig.repeat_guard)."""
     cfg = model.config
     tok, text, region = cfg.tokens, model.text, model.region
     need = kv_positions(cfg.prefix_len, len(prompt), skill, max_objects)
@@ -41,8 +42,8 @@ def reference_generate(model: MoondreamModel, crops: OverlapCrops, prompt: list[
         position += 1
         return h
 
-    builder = ObjectBuilder(skill)
-    while len(builder.objects) < max_objects:
+    builder = ObjectBuilder(skill, guard=repeat_guard)
+    while len(builder.objects) < max_objects and not builder.repeated:   # repetition guard: as the scheduler
         logits = text.logits(hidden)[0]
         if not logits[tok.coord_id] > logits[tok.eos_id]:
             break
