@@ -373,15 +373,18 @@ def format_table(report: dict) -> str:
         f"{'predictions / ground truth':<28}{d['predictions']:>5}/{d['ground_truth']:<4}{p['predictions']:>5}/{p['ground_truth']:<4}",
         f"{'errors':<28}{d['errors']:>10}{p['errors']:>10}",
     ]
+    parts = report.get("breakdowns", {})
     for key, title in (("tilt", "tilt (deg)"), ("size", "size (of short side)"), ("shape", "shape")):
-        lines.append(f"by {title}: " + ", ".join(
-            f"{k} {f(v['detect_recall']).strip()}/{f(v['point_recall']).strip()} (n={v['objects']})"
-            for k, v in report["breakdowns"][key].items()) + "   [detect/point recall]")
+        if key in parts:
+            lines.append(f"by {title}: " + ", ".join(
+                f"{k} {f(v['detect_recall']).strip()}/{f(v['point_recall']).strip()} (n={v['objects']})"
+                for k, v in parts[key].items()) + "   [detect/point recall]")
     for key in ("crowd", "form", "background"):
-        lines.append(f"by {key}: " + ", ".join(
-            f"{k} AP50 {f(v['detect_ap50']).strip()} P {f(v['detect_precision']).strip()} "
-            f"hit {f(v['point_hit_rate']).strip()} empty {f(v['empty_accuracy']).strip()} (q={v['queries']})"
-            for k, v in report["breakdowns"][key].items()))
+        if key in parts:
+            lines.append(f"by {key}: " + ", ".join(
+                f"{k} AP50 {f(v['detect_ap50']).strip()} P {f(v['detect_precision']).strip()} "
+                f"hit {f(v['point_hit_rate']).strip()} empty {f(v['empty_accuracy']).strip()} (q={v['queries']})"
+                for k, v in parts[key].items()))
     if "latency" in report:
         lat = report["latency"]
         lines.append(f"latency, one detect ({lat['threads']} threads, max_batch 1): median {lat['median_ms']:.1f} ms, "

@@ -113,13 +113,17 @@ def hsv_shade(rng: np.random.Generator, spec: Sequence[float]) -> np.ndarray:
 
 
 def in_range(rgb: Sequence[float], spec: Sequence[float], tol: float = 0.01) -> bool:
-    """Does an RGB shade fall in an (h0, h1, s0, s1, v0, v1) range (tolerance `tol`)?"""
+    """Does an RGB shade fall in an (h0, h1, s0, s1, v0, v1) range (tolerance `tol`, plus the
+    saturation and hue error of 8-bit rounding, large for dark and grey shades)?"""
     h, sat, val = colorsys.rgb_to_hsv(*(np.asarray(rgb, dtype=np.float64) / 255.0))
     h0, h1, s0, s1, v0, v1 = spec
-    if not (s0 - tol <= sat <= s1 + tol and v0 - tol <= val <= v1 + tol):
+    s_tol = tol + 1.0 / max(val * 255.0, 1.0)
+    if not (s0 - s_tol <= sat <= s1 + s_tol and v0 - tol <= val <= v1 + tol):
         return False
-    if h1 - h0 >= 360 or sat < 0.02 or val < 0.02:
+    chroma = sat * val * 255.0
+    if h1 - h0 >= 360 or chroma < 8:
         return True
+    tol = tol + 30.0 / 360.0 / chroma
     deg = h * 360.0
     return any(h0 - 360 * tol <= d <= h1 + 360 * tol for d in (deg, deg - 360.0, deg + 360.0))
 
