@@ -14,7 +14,8 @@ from engine.training.scenes import scene_batch
     ("red circles", "red circle"), ("the red circles", "red circle"), ("A red circle.", "red circle"),
     ("  all   the Crosses ", "cross"), ("crosses", "cross"), ("boxes", "box"), ("berries", "berry"),
     ("Stars!", "star"), ("hexagons", "hexagon"), ("the", "the"), ("glass", "glass"), ("bus", "bus"),
-    ("zebra crossing at night", "zebra crossing at night"),
+    ("zebra crossing at night", "zebra crossing at night"), ("🔴 e\u0301", "🔴 e\u0301"), ("עיגול", "עיגול"),
+    ("Red, circles?!", "red circle"),
 ])
 def test_normalize_query(typed, canonical):
     assert normalize_query(typed) == canonical

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import re
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Literal, TypedDict
@@ -92,10 +91,12 @@ def singular(word: str) -> str:
 
 def normalize_query(text: str) -> str:
     """The canonical wording of an object query, as the model sees it: lower case, punctuation
-    other than hyphens and apostrophes turned into spaces, one space between words, leading
+    (Unicode category P) other than hyphens and apostrophes turned into spaces (symbols, emoji and
+    accents stay), one space between words, leading
     articles and quantifiers ("the", "a", "all", …) dropped, every word singular.
     "The Red Circles." → "red circle". A query made only of such words is kept as it is."""
-    words = re.sub(r"[^\w\s'-]+", " ", text.lower()).split()
+    words = "".join(" " if unicodedata.category(ch).startswith("P") and ch not in "'-" else ch
+                    for ch in text.lower()).split()
     k = 0
     while k < len(words) - 1 and words[k] in _LEADING_WORDS:
         k += 1
