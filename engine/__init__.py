@@ -34,6 +34,7 @@ _EXPORTS = {
     "ModelInfo": "engine.model.pretrained",
     "SKILLS": "engine.serving.skills",
     "validate_request": "engine.serving.skills",
+    "normalize_query": "engine.serving.skills",
     "Point": "engine.serving.skills",
     "Box": "engine.serving.skills",
     "PointResult": "engine.serving.skills",
@@ -68,4 +69,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
     from engine.serving.engine import DEFAULT_WEIGHTS, Engine, RequestHandle  # noqa: F401
     from engine.serving.errors import Cancelled, DeadlineExceeded, EngineBusy, RequestError  # noqa: F401
     from engine.serving.limits import DEFAULT_MAX_OBJECTS, MAX_OBJECTS_LIMIT, UI_MAX_OBJECTS  # noqa: F401
-    from engine.serving.skills import SKILLS, Box, DetectResult, Point, PointResult, validate_request  # noqa: F401
+    from engine.serving.skills import SKILLS, Box, DetectResult, Point, PointResult, normalize_query, validate_request  # noqa: F401

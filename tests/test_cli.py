@@ -145,7 +145,8 @@ def test_detect_prints_objects_json(cli, paths, eager_fp32):
     assert run.returncode == 0, run
     assert run.stdout.count("\n") == 1  # one JSON document on one line
     result = json.loads(run.stdout)
-    assert list(result) == ["objects"] and len(result["objects"]) == 3  # the eager checkpoint never stops early
+    # the eager checkpoint never sends EOS; the repetition guard may end the answer at a duplicate
+    assert list(result) == ["objects"] and 1 <= len(result["objects"]) <= 3
     for box in result["objects"]:
         assert list(box) == ["x_min", "y_min", "x_max", "y_max"]
         assert all(isinstance(v, float) and 0 <= v <= 1 for v in box.values())
@@ -157,7 +158,7 @@ def test_point_prints_points_json(cli, paths, eager_fp32):
     run = cli["point"]
     assert run.returncode == 0, run
     result = json.loads(run.stdout)
-    assert list(result) == ["points"] and len(result["points"]) == 3
+    assert list(result) == ["points"] and 1 <= len(result["points"]) <= 3
     for pt in result["points"]:
         assert list(pt) == ["x", "y"]
         assert all(isinstance(v, float) and 0 <= v < 1 for v in pt.values())

@@ -139,7 +139,7 @@ def test_zombies_ride_one_step_and_never_emit(tiny_model64, tokenizer, monkeypat
 
 
 def test_cancel_running_request_frees_everything(eager_ckpt, tokenizer):
-    engine = Engine.from_pretrained(eager_ckpt, dtype="fp64", max_batch=2)
+    engine = Engine.from_pretrained(eager_ckpt, dtype="fp64", max_batch=2, repeat_guard=False)
     keep = engine.submit(IMAGES[0], "detect", "star", max_objects=4)
     victim = engine.submit(IMAGES[1], "point", "star", max_objects=50)
     for _ in range(6):
@@ -169,7 +169,7 @@ def test_future_cancel_and_deadline_are_honoured(tiny_model64, tokenizer):
 
 
 def test_stream_yields_objects_as_committed(eager_ckpt, tokenizer):
-    engine = Engine.from_pretrained(eager_ckpt, dtype="fp64", max_batch=2)
+    engine = Engine.from_pretrained(eager_ckpt, dtype="fp64", max_batch=2, repeat_guard=False)
     streamed = list(engine.stream(IMAGES[3], "detect", "red circle", max_objects=5))
     assert len(streamed) == 5
     assert engine.detect(IMAGES[3], "red circle", max_objects=5) == {"objects": streamed}

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
-from engine.training.evaluate import (average_precision, best_iou_pairs, box_iou, check_targets, detect_metrics, format_table,
-                             greedy_tp, point_in_object, point_metrics)
+from engine.training.evaluate import (CROWD_BUCKETS, GENERATORS, SIZE_BUCKETS, TILT_BUCKETS, average_precision, best_iou_pairs,
+                                      box_iou, breakdowns, bucket, check_targets, detect_metrics, format_table, generate,
+                                      greedy_tp, point_in_object, point_metrics, query_form)
 from engine.training.scenes import SceneObject, scene_batch
 
 A = (0.1, 0.1, 0.3, 0.3)
@@ -129,7 +132,7 @@ def test_targets_and_table():
     d = detect_metrics([([A], [A])])
     p = point_metrics([([], [], (10, 10))])
     report = {"detect": {**d, "errors": 0}, "point": {**p, "errors": 0}, "count_exact": 1.0,
-              "latency": {"threads": 2, "runs": 3, "median_ms": 120.0, "p90_ms": 130.0, "mean_ms": 121.0}}
+              "latency": {"threads": 2, "runs": 3, "median_ms": 90.0, "p90_ms": 130.0, "mean_ms": 91.0}}
     report["targets"] = check_targets(report)
     assert report["targets"]["detect_ap50"]["met"] and report["targets"]["latency_ms_median"]["met"]
     assert report["targets"]["point_hit_rate"]["met"] is None
@@ -189,3 +192,46 @@ def test_ap50_agrees_with_pycocotools():
     ours = detect_metrics(items)["ap50"]
     assert 0.1 < ours < 0.95
     assert ours == pytest.approx(_coco_ap50(items), abs=1e-6)
+
+
+@pytest.mark.parametrize("generator", GENERATORS)
+def test_breakdowns_of_perfect_answers(generator):
+    """Ground truth as the answer scores 1 in every bucket of both generators; buckets cover all objects."""
+    data = generate(generator, 77, 30)
+    det = [[o.box for o in q.matches] for _, q in data]
+    pts = [[o.point for o in q.matches] for _, q in data]
+    parts = breakdowns(data, det, pts)
+    n_objects = sum(len(q.matches) for _, q in data)
+    for key in ("tilt", "size", "shape"):
+        assert sum(v["objects"] for v in parts[key].values()) == n_objects
+        assert all(v["detect_recall"] == 1.0 and v["point_recall"] == 1.0 for v in parts[key].values())
+    for key in ("crowd", "form", "background"):
+        assert sum(v["queries"] for v in parts[key].values()) == len(data)
+        assert all(v["detect_ap50"] in (None, pytest.approx(1.0)) for v in parts[key].values())
+    assert parts["size_4pct_up"]["detect_recall"] in (None, 1.0)
+    # a miss shows up in its object's buckets
+    i = next(k for k, (_, q) in enumerate(data) if q.matches)
+    det[i] = []
+    missed = data[i][1].matches[0]
+    assert breakdowns(data, det, pts)["tilt"][bucket(missed.tilt, TILT_BUCKETS)]["detect_recall"] < 1.0
+
+
+def test_bucket_labels():
+    assert bucket(0.0, TILT_BUCKETS) == "0-10" and bucket(29.9, TILT_BUCKETS) == "20-30" and bucket(44, TILT_BUCKETS) == "30+"
+    assert bucket(0.05, SIZE_BUCKETS) == "0.04-0.1" and bucket(3, CROWD_BUCKETS) == "0-6"
+    assert query_form("The Red Circles") == "colour shape" and query_form("STARS") == "shape" and query_form("blue") == "colour"
+
+
+def test_evaluate_writes_only_where_told(tmp_path, monkeypatch):
+    """No --json: nothing is written (not into the weights directory either)."""
+    import engine.training.evaluate as E
+
+    fake = {"detect": {**detect_metrics([([A], [A])]), "errors": 0}, "point": {**point_metrics([([], [], (10, 10))]), "errors": 0},
+            "count_exact": 1.0, "weights": str(tmp_path)}
+    fake["targets"] = check_targets(fake)
+    monkeypatch.setattr(E, "evaluate", lambda *a, **k: fake)
+    assert E.main(["--weights", str(tmp_path), "--n", "1"]) == 0
+    assert list(tmp_path.iterdir()) == []
+    out = tmp_path / "r.json"
+    assert E.main(["--weights", str(tmp_path), "--n", "1", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["count_exact"] == 1.0

@@ -27,7 +27,7 @@ def idle(pools: dict) -> dict:
 
 def test_failing_callback_cancel_and_deadline_never_stall_the_batch(eager_ckpt):
     """The eager checkpoint always finds max_objects, so every request runs its full length."""
-    engine = Engine.from_pretrained(eager_ckpt, max_batch=4).start()
+    engine = Engine.from_pretrained(eager_ckpt, max_batch=4, repeat_guard=False).start()
     baseline = engine.pools()
     try:
         first_object = threading.Event()
@@ -80,7 +80,7 @@ def test_bounded_queue_answers_busy_then_recovers(tiny_ckpt):
 
 
 def test_abandoned_stream_is_cancelled_and_released(eager_ckpt):
-    engine = Engine.from_pretrained(eager_ckpt, max_batch=2).start()
+    engine = Engine.from_pretrained(eager_ckpt, max_batch=2, repeat_guard=False).start()
     baseline = engine.pools()
     try:
         stream = engine.stream(IMAGES[0], "detect", "star", max_objects=40)

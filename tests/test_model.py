@@ -430,15 +430,15 @@ OBJECTS = ("red circle", "zebra crossing at night")  # 2 and 16 tokens: prompts 
 CASES = [(image, skill, obj) for image in IMAGES for skill in ("point", "detect") for obj in OBJECTS]
 
 
-def run_reference(model, tokenizer, image: str, skill: str, obj: str, cap: int) -> dict:
+def run_reference(model, tokenizer, image: str, skill: str, obj: str, cap: int, guard: bool = True) -> dict:
     crops = overlap_crop_image(IMAGES[image], TINY.vision)
     prompt = prompt_ids(TINY.tokens, lambda s: tokenizer.encode(s).ids, skill, obj)
-    return reference_generate(model, crops, prompt, skill, cap)
+    return reference_generate(model, crops, prompt, skill, cap, repeat_guard=guard)
 
 
-def run_engine(model, tokenizer, cases, cap: int) -> list[dict]:
+def run_engine(model, tokenizer, cases, cap: int, guard: bool = True, pipelined: bool = True) -> list[dict]:
     """All cases submitted at once (batched across KV rows), then collected."""
-    engine = Engine(model, tokenizer, max_batch=4)
+    engine = Engine(model, tokenizer, max_batch=4, repeat_guard=guard, pipelined=pipelined)
     handles = [engine.submit(IMAGES[image], skill, obj, max_objects=cap) for image, skill, obj in cases]
     results = [h.result() for h in handles]
     engine.run_until_idle()
@@ -521,10 +521,30 @@ def test_never_eos_hits_max_objects_exactly(eager_model, tokenizer, cap):
     cases = CASES[:4] if cap != 3 else CASES
     expected = []
     for case in cases:
-        result = run_reference(eager_model, tokenizer, *case, cap)
+        result = run_reference(eager_model, tokenizer, *case, cap, guard=False)
         assert check_shape(result, case[1], cap) == cap, case
         expected.append(result)
-    assert run_engine(eager_model, tokenizer, cases, cap) == expected
+    assert run_engine(eager_model, tokenizer, cases, cap, guard=False) == expected
+
+
+def test_repetition_guard_stops_at_a_duplicate_identically(eager_model, tokenizer):
+    """The never-EOS checkpoint repeats itself: with the guard every answer ends before the first
+    near-duplicate (the unguarded answer's prefix up to it), the same in the reference decoder,
+    the pipelined and the blocking engine."""
+    from engine.serving.skills import is_duplicate
+
+    cap, stopped = 40, 0
+    guarded = [run_reference(eager_model, tokenizer, *case, cap) for case in CASES]
+    for case, result in zip(CASES, guarded):
+        objs = objects_of(result, case[1])
+        assert not any(is_duplicate(a, b) for i, a in enumerate(objs) for b in objs[:i])
+        full = objects_of(run_reference(eager_model, tokenizer, *case, cap, guard=False), case[1])
+        first_dup = next((i for i, a in enumerate(full) if any(is_duplicate(a, b) for b in full[:i])), len(full))
+        assert objs == full[:first_dup]
+        stopped += first_dup < cap
+    assert stopped >= len(CASES) // 2, "the guard never fired on the repeating checkpoint"
+    assert run_engine(eager_model, tokenizer, CASES, cap) == guarded
+    assert run_engine(eager_model, tokenizer, CASES, cap, pipelined=False) == guarded
 
 
 def test_eos_first_finds_nothing(mute_model, tokenizer):
@@ -537,8 +557,8 @@ def test_eos_first_finds_nothing(mute_model, tokenizer):
 def test_more_objects_extend_fewer(eager_model, tokenizer):
     # Greedy decoding: the first k objects do not depend on the cap.
     for case in CASES[:2]:
-        short = objects_of(run_reference(eager_model, tokenizer, *case, 2), case[1])
-        long = objects_of(run_reference(eager_model, tokenizer, *case, 5), case[1])
+        short = objects_of(run_reference(eager_model, tokenizer, *case, 2, guard=False), case[1])
+        long = objects_of(run_reference(eager_model, tokenizer, *case, 5, guard=False), case[1])
         assert long[:2] == short
 
 
@@ -553,14 +573,14 @@ def sharp_model(tmp_path_factory, tokenizer):
 
 def test_engine_equals_reference_on_a_context_sensitive_checkpoint(sharp_model, tokenizer):
     cap = 4
-    expected = [run_reference(sharp_model, tokenizer, *case, cap) for case in CASES]
+    expected = [run_reference(sharp_model, tokenizer, *case, cap, guard=False) for case in CASES]
     for case, result in zip(CASES, expected):
         assert check_shape(result, case[1], cap) == cap
     # The outputs depend on the image and on the skill's context, not just on the weights.
     by_case = dict(zip(CASES, expected))
     assert by_case[("wide", "detect", OBJECTS[1])] != by_case[("tiled", "detect", OBJECTS[1])]
     assert by_case[("wide", "point", OBJECTS[1])] != by_case[("tiled", "point", OBJECTS[1])]
-    assert run_engine(sharp_model, tokenizer, CASES, cap) == expected
+    assert run_engine(sharp_model, tokenizer, CASES, cap, guard=False) == expected
 
 
 @torch.inference_mode()

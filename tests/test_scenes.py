@@ -12,8 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.training import scenes
-from engine.training.scenes import (COLOURS, QUERY_WORDS, SHAPES, Query, Scene, SceneObject, make_query, make_scene,
-                           render_shape, scene_batch)
+from engine.serving.skills import normalize_query
+from engine.training.scenes import (COLOUR_RANGES, COLOURS, DISTRACTOR_COLOURS, DISTRACTOR_SHAPES, OWN_SCENES, QUERY_WORDS,
+                                    SHAPES, Query, Scene, SceneObject, hsv_shade, in_range, make_query, make_scene,
+                                    render_shape, scene_batch, vary_wording)
 
 
 @pytest.fixture(scope="module")
@@ -44,30 +46,38 @@ def test_vocabulary():
     assert not set(SHAPES) & set(COLOURS)
 
 
-def test_object_colours_are_distinct():
-    for (a, ca), (b, cb) in itertools.combinations(COLOURS.items(), 2):
-        d = float(np.linalg.norm(np.subtract(ca, cb)))
-        assert d > 4 * scenes.COLOUR_JITTER * math.sqrt(3) / 2 and d > 70, (a, b, d)
+def test_colour_ranges_are_disjoint():
+    """Every shade of a colour name (known or distractor) lies in its own range and in no other."""
+    rng = np.random.default_rng(3)
+    ranges = {**COLOUR_RANGES, **DISTRACTOR_COLOURS}
+    assert set(COLOUR_RANGES) == set(COLOURS) and not set(DISTRACTOR_COLOURS) & set(COLOURS)
+    for name, spec in ranges.items():
+        assert in_range(COLOURS[name], spec) if name in COLOURS else True
+        for _ in range(300):
+            rgb = np.rint(hsv_shade(rng, spec))
+            assert in_range(rgb, spec), (name, rgb)
+            others = [o for o, sp in ranges.items() if o != name and in_range(rgb, sp, tol=0.0)]
+            assert not others, (name, rgb, others)
 
 
 def test_backgrounds_stay_far_from_object_colours():
     rng = np.random.default_rng(5)
-    obj = np.array(list(COLOURS.values()), dtype=np.float64)
     kinds = Counter()
     for _ in range(120):
         img, kind = scenes.background(rng, 97, 131)
         assert img.shape == (131, 97, 3) and img.dtype == np.uint8
         kinds[kind] += 1
-        px = np.unique(img.reshape(-1, 3), axis=0).astype(np.float64)
-        dist = np.linalg.norm(px[:, None, :] - obj[None, :, :], axis=-1).min()
-        # jittered object colours stay distinguishable from every background pixel
-        assert dist > 2 * scenes.COLOUR_JITTER * math.sqrt(3), (kind, dist)
+        px = np.unique(img.reshape(-1, 3), axis=0)
+        # no background pixel has the shade of a vocabulary colour
+        clash = [(tuple(c), n) for c in px[:: max(1, len(px) // 400)] for n, sp in COLOUR_RANGES.items()
+                 if in_range(c, sp, tol=0.0)]
+        assert not clash, (kind, clash[:3])
     assert set(kinds) == set(scenes.BACKGROUNDS)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_render_shape(shape):
-    masks = [render_shape(shape, d, a) for d in (12, 31.5, 80) for a in (-10, 0, 10)]
+    masks = [render_shape(shape, d, a) for d in (12, 31.5, 80) for a in (-10, 0, 10, 45, 137)]
     for m in masks:
         assert m.dtype == bool and m.any()
         # cropped tight: every border row/column touches the shape
@@ -123,8 +133,9 @@ def _check_scene(scene: Scene) -> None:
     w, h = scene.image.size
     assert arr.shape == (h, w, 3) and scene.image.mode == "RGB"
     for i, obj in enumerate(scene.objects):
-        assert obj.shape in SHAPES and obj.colour in COLOURS
-        assert all(abs(c - b) <= scenes.COLOUR_JITTER for c, b in zip(obj.rgb, COLOURS[obj.colour]))
+        assert obj.shape in SHAPES + DISTRACTOR_SHAPES and obj.colour in {**COLOURS, **DISTRACTOR_COLOURS}
+        assert obj.known or obj.shape in DISTRACTOR_SHAPES or obj.colour in DISTRACTOR_COLOURS
+        assert in_range(obj.rgb, {**COLOUR_RANGES, **DISTRACTOR_COLOURS}[obj.colour])
         x0, y0, x1, y1 = obj.box
         assert 0.0 <= x0 < x1 <= 1.0 and 0.0 <= y0 < y1 <= 1.0
         px0, py0, px1, py1 = _pixel_rect(obj, w, h)
@@ -170,13 +181,14 @@ def test_ground_truth_exact(batch):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), lo=st.integers(24, 300), extra=st.integers(0, 200),
-       n=st.integers(0, 12))
-def test_ground_truth_property(seed, lo, extra, n):
-    scene = make_scene(np.random.default_rng(seed), min_objects=n, max_objects=n, size_range=(lo, lo + extra))
+       n=st.integers(0, 12), distractors=st.integers(0, 4))
+def test_ground_truth_property(seed, lo, extra, n, distractors):
+    scene = make_scene(np.random.default_rng(seed), min_objects=n, max_objects=n, size_range=(lo, lo + extra),
+                       distractors=distractors, crowd_rate=0.5)
     w, h = scene.image.size
     assert lo <= w <= lo + extra and lo <= h <= lo + extra
     assert 1 / scenes.MAX_ASPECT <= w / h <= scenes.MAX_ASPECT
-    assert len(scene.objects) <= n
+    assert len(scene.objects) <= n + distractors
     _check_scene(scene)
 
 
@@ -208,7 +220,63 @@ def test_counts_sizes_and_aspects_vary(batch):
     objs = [o for s, _ in batch for o in s.objects]
     assert {o.shape for o in objs} == set(SHAPES) and {o.colour for o in objs} == set(COLOURS)
     widths = [o.box[2] - o.box[0] for o in objs]
-    assert min(widths) < 0.06 and max(widths) > 0.25
+    assert min(widths) < 0.04 and max(widths) > 0.3
+    # any rotation: every rotating shape shows up tilted by more than 20 degrees
+    assert {o.shape for o in objs if o.tilt > 20} == set(SHAPES) - {"circle"}
+
+
+@pytest.fixture(scope="module")
+def own_batch() -> list[tuple[Scene, Query]]:
+    return scene_batch(4321, 120, **OWN_SCENES)
+
+
+def test_training_distribution_has_crowds_distractors_and_effects(own_batch):
+    counts = [len(s.objects) for s, _ in own_batch]
+    assert max(counts) >= 20 and sum(c >= 11 for c in counts) >= 20
+    objs = [o for s, _ in own_batch for o in s.objects]
+    assert {o.shape for o in objs if not o.known} & set(DISTRACTOR_SHAPES)
+    assert {o.colour for o in objs if not o.known} & set(DISTRACTOR_COLOURS)
+    for scene, q in own_batch:
+        w, h = scene.image.size
+        for o in scene.objects:
+            x0, y0, x1, y1 = o.box
+            assert 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1
+            assert o.mask.shape == (round(y1 * h) - round(y0 * h), round(x1 * w) - round(x0 * w))
+        # a query never names a distractor by the attribute it lacks
+        words = q.text.split()
+        assert all(wd in QUERY_WORDS for wd in words)
+        assert all((o.shape in SHAPES or words[-1] in COLOURS) and (o.colour in COLOURS or len(words) == 1 and
+                                                                     words[0] in SHAPES) for o in q.matches)
+    # some crowded scenes repeat one kind many times, so a query matches many copies
+    assert max(len(q.matches) for _, q in own_batch) >= 10
+
+
+def test_vary_wording_normalises_back():
+    rng = np.random.default_rng(11)
+    seen = set()
+    for text in scenes.ALL_QUERIES:
+        for _ in range(20):
+            typed = vary_wording(rng, text)
+            seen.add(typed)
+            assert normalize_query(typed) == text, (typed, text)
+    assert any(t != t.lower() for t in seen) and any(t.lower().startswith("the ") for t in seen)
+    assert any(t.rstrip(". ").endswith("crosses") for t in seen)
+
+
+def test_tilt_folds_by_symmetry():
+    assert scenes.tilt("square", 0) == scenes.tilt("square", 90) == 0
+    assert scenes.tilt("square", 45) == scenes.tilt("square", 135) == 45
+    assert scenes.tilt("square", 350) == 10 and scenes.tilt("hexagon", 50) == 10
+    assert scenes.tilt("circle", 77) == 0 and scenes.tilt("pentagon", 30) == 0
+
+
+def test_a_tilted_square_is_not_a_diamond():
+    """Vocabulary: a square at 45° keeps equal diagonals; a diamond's diagonals differ (DIAMOND_RATIO)."""
+    sq = render_shape("square", 101, 45)
+    assert abs(sq.shape[0] - sq.shape[1]) <= 1
+    for ratio in scenes.DIAMOND_RATIO:
+        dm = render_shape("diamond", 101, 0, aspect=ratio)
+        assert dm.shape[1] / dm.shape[0] < scenes.DIAMOND_RATIO[1] + 0.03
 
 
 def test_object_count_bounds():

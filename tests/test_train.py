@@ -143,7 +143,7 @@ def test_training_forward_matches_inference(tiny_model, prompts):
     """Every tail position's raw hidden (and its lm / region logits) equals TextModel.prefill +
     decode fed the same embeddings, as the engine and reference decoder do."""
     model = tiny_model
-    batch = T.make_batch(TINY, prompts, 11, 0, batch=2, queries=3, scene_kw=SMALL_SCENES)
+    batch = T.make_batch(TINY, prompts, 12, 0, batch=2, queries=3, scene_kw=SMALL_SCENES)  # a batch with detect objects
     tb = {k: torch.from_numpy(v) for k, v in batch.items()}
     moved, meta = T.to_device(tb, torch.device("cpu"))
     prefix = T.encode_images(model, moved["crops"], moved, meta["groups"])

@@ -22,11 +22,12 @@ from engine.serving.skills import ObjectBuilder
 
 @torch.inference_mode()
 def reference_generate(model: MoondreamModel, crops: OverlapCrops, prompt: list[int], skill: str,
-                       max_objects: int, kernels: KernelChoice = "torch",
+                       max_objects: int, kernels: KernelChoice = "torch", repeat_guard: bool = True,
                        on_logits: Callable[[torch.Tensor], None] | None = None) -> dict:
     """Greedy point/detect of one request. `kernels` defaults to the PyTorch decode path: the
-    oracle does not share the fused kernels it checks. `on_logits` receives the logits ([vocab])
-    of each "another object?" decision: after the prompt, then after each object."""
+    oracle does not share the fused kernels it checks. `repeat_guard`: stop at a near-duplicate
+    object, as the engine does (EngineConfig.repeat_guard). `on_logits` receives the logits
+    ([vocab]) of each "another object?" decision: after the prompt, then after each object."""
     cfg = model.config
     tok, text, region = cfg.tokens, model.text, model.region
     need = kv_positions(cfg.prefix_len, len(prompt), skill, max_objects)
@@ -45,8 +46,8 @@ def reference_generate(model: MoondreamModel, crops: OverlapCrops, prompt: list[
         position += 1
         return h
 
-    builder = ObjectBuilder(skill)
-    while len(builder.objects) < max_objects:
+    builder = ObjectBuilder(skill, guard=repeat_guard)
+    while len(builder.objects) < max_objects and not builder.repeated:   # repetition guard: as the scheduler
         logits = text.logits(hidden)[0]
         if on_logits is not None:
             on_logits(logits)

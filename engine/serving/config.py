@@ -25,6 +25,7 @@ class EngineConfig:
     mask_capacity: int = 256         # grammar mask-table rows on the device
     use_graphs: bool | None = None   # CUDA graphs (None: on CUDA)
     kernels: KernelChoice = "auto"   # fused Triton decode kernels or the PyTorch path
+    repeat_guard: bool = True        # end a request at a near-duplicate object (skills.is_duplicate)
 
     def __post_init__(self) -> None:
         problems = [f"{name} must be a positive whole number, got {getattr(self, name)!r}"

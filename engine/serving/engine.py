@@ -120,7 +120,8 @@ class Engine:
             model, max_batch=config.max_batch, max_len=config.kv_positions(cfg), mask_capacity=config.mask_capacity,
             use_graphs=config.use_graphs, kernels=config.kernels)
         t = cfg.tokens
-        self.scheduler = Scheduler(config.max_batch, self.runner.scratch_pos, cfg.prefix_len, t.coord_id, t.size_id, t.eos_id)
+        self.scheduler = Scheduler(config.max_batch, self.runner.scratch_pos, cfg.prefix_len, t.coord_id, t.size_id, t.eos_id,
+                                   repeat_guard=config.repeat_guard)
         self.pipeline = PipelineState()
         self.alphabet = TokenAlphabet(vocab_size=cfg.text.vocab_size, eos_id=t.eos_id, coord_id=t.coord_id, size_id=t.size_id)
         self.compiler = GrammarCompiler()

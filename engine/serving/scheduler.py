@@ -40,7 +40,7 @@ class DecodePlan:
 
 class Scheduler:
     def __init__(self, rows: int, scratch_pos: int, prefix_len: int, coord_id: int, size_id: int,
-                 eos_id: int) -> None:
+                 eos_id: int, repeat_guard: bool = True) -> None:
         self.rows = rows
         self.waiting: deque[Sequence] = deque()
         self.running: dict[int, Sequence] = {}  # row → sequence (finalized zombies included)
@@ -48,6 +48,7 @@ class Scheduler:
         heapq.heapify(self.free_rows)
         self.scratch_pos, self.prefix_len = scratch_pos, prefix_len
         self.coord_id, self.size_id, self.eos_id = coord_id, size_id, eos_id
+        self.repeat_guard = repeat_guard
         self.retired = 0  # sequences done with: row released, or dropped from the queue (each once)
 
     # ---- admission ----------------------------------------------------------------------
@@ -93,7 +94,7 @@ class Scheduler:
     def start(self, seq: Sequence, row: int, position: int, end_position: int) -> None:
         seq.row, seq.position, seq.end_position = row, position, end_position
         seq.status = Status.RUNNING
-        seq.builder = ObjectBuilder(seq.skill)
+        seq.builder = ObjectBuilder(seq.skill, guard=self.repeat_guard)
         self.running[row] = seq
 
     # ---- launch -------------------------------------------------------------------------
@@ -158,7 +159,7 @@ class Scheduler:
             except Exception as e:  # a failing stream consumer ends its own request only
                 self.finish(seq, e)
                 return
-        if seq.automaton.must_stop(seq.state):
+        if seq.builder.repeated or seq.automaton.must_stop(seq.state):   # repetition guard: stop at a duplicate
             self.finish(seq)
         elif seq.position >= seq.end_position and seq.inflight_refs == 0:
             self.finish(seq, RuntimeError(f"request {seq.id}: token budget exhausted before the grammar ended"))

@@ -6,6 +6,7 @@ skill's `ObjectBuilder` and asks it for the result at the end.
 
 from __future__ import annotations
 
+import math
 import numbers
 import unicodedata
 from dataclasses import dataclass, field
@@ -17,6 +18,15 @@ from engine.serving.limits import MAX_OBJECT_CHARS, MAX_OBJECT_TOKENS, MAX_OBJEC
 
 SkillName = Literal["point", "detect"]
 SKILLS: tuple[str, ...] = ("point", "detect")
+
+# Repetition guard (ObjectBuilder): a new object this close to an earlier one of the same request
+# is a duplicate; it is dropped and the request ends there.
+DUPLICATE_IOU = 0.9          # detect: box IoU above this
+DUPLICATE_DISTANCE = 0.01    # point: distance below this, in normalised image units
+
+# Query wording that carries no meaning for point/detect: leading articles and quantifiers.
+_LEADING_WORDS = ("a", "an", "the", "all", "any", "every", "each", "some")
+_NO_SINGULAR = ("ss", "us", "is", "ous")   # "cross", "circus", "axis", "various": no plural -s to drop
 
 
 class Point(TypedDict):
@@ -52,6 +62,7 @@ def validate_request(skill: str, obj: object, max_objects: object) -> tuple[str,
     # code points) are dropped; whitespace runs collapse to one space.
     text = "".join(" " if unicodedata.category(ch) == "Cc" else ch for ch in obj)
     text = " ".join("".join(ch for ch in text if ch.isprintable() or ch.isspace()).split())
+    text = normalize_query(text) if text else text
     if not text:
         raise RequestError("the object to find is empty; type what to look for, e.g. 'red circle'")
     if len(text) > MAX_OBJECT_CHARS:
@@ -62,6 +73,35 @@ def validate_request(skill: str, obj: object, max_objects: object) -> tuple[str,
     if not 1 <= max_objects <= MAX_OBJECTS_LIMIT:
         raise RequestError(f"max_objects must be between 1 and {MAX_OBJECTS_LIMIT}, got {max_objects}")
     return text, max_objects
+
+
+def singular(word: str) -> str:
+    """English plural → singular by suffix rules ("circles" → "circle", "crosses" → "cross",
+    "boxes" → "box", "berries" → "berry"); words that are not plurals come back unchanged."""
+    if len(word) <= 3 or not word.isalpha():
+        return word
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith(("sses", "shes", "ches", "xes", "zes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(_NO_SINGULAR):
+        return word[:-1]
+    return word
+
+
+def normalize_query(text: str) -> str:
+    """The canonical wording of an object query, as the model sees it: lower case, punctuation
+    (Unicode category P) other than hyphens and apostrophes turned into spaces (symbols, emoji and
+    accents stay), one space between words, leading
+    articles and quantifiers ("the", "a", "all", …) dropped, every word singular.
+    "The Red Circles." → "red circle". A query made only of such words is kept as it is."""
+    words = "".join(" " if unicodedata.category(ch).startswith("P") and ch not in "'-" else ch
+                    for ch in text.lower()).split()
+    k = 0
+    while k < len(words) - 1 and words[k] in _LEADING_WORDS:
+        k += 1
+    kept = [singular(w) for w in words[k:]]
+    return " ".join(kept) if kept else " ".join(text.lower().split())
 
 
 def prompt_ids(tokens: TokenConfig, encode, skill: str, obj: str) -> list[int]:
@@ -80,12 +120,29 @@ def clamp01(v: float) -> float:
     return min(1.0, max(0.0, v))
 
 
+def is_duplicate(a: dict, b: dict) -> bool:
+    """Are two objects of one answer the same object twice (the repetition guard's rule)?"""
+    if "x" in a:
+        return math.hypot(a["x"] - b["x"], a["y"] - b["y"]) < DUPLICATE_DISTANCE
+    ix = min(a["x_max"], b["x_max"]) - max(a["x_min"], b["x_min"])
+    iy = min(a["y_max"], b["y_max"]) - max(a["y_min"], b["y_min"])
+    inter = max(0.0, ix) * max(0.0, iy)
+    union = ((a["x_max"] - a["x_min"]) * (a["y_max"] - a["y_min"])
+             + (b["x_max"] - b["x_min"]) * (b["y_max"] - b["y_min"]) - inter)
+    return union > 0 and inter / union > DUPLICATE_IOU
+
+
 @dataclass
 class ObjectBuilder:
-    """Accumulates committed coord/size values into objects, one per complete tuple."""
+    """Accumulates committed coord/size values into objects, one per complete tuple.
+
+    Repetition guard: an object that duplicates an earlier one (`is_duplicate`) is not kept and
+    sets `repeated`; the caller (scheduler commit, reference decoder) then ends the request."""
 
     skill: str
+    guard: bool = True      # False: keep duplicates (EngineConfig.repeat_guard)
     objects: list[dict] = field(default_factory=list)
+    repeated: bool = False
     _pending: list[float] = field(default_factory=list)
 
     def add_coord(self, value: float) -> dict | None:
@@ -102,7 +159,10 @@ class ObjectBuilder:
         return self._emit({"x_min": clamp01(x - w / 2), "y_min": clamp01(y - h / 2),
                            "x_max": clamp01(x + w / 2), "y_max": clamp01(y + h / 2)})
 
-    def _emit(self, obj: dict) -> dict:
+    def _emit(self, obj: dict) -> dict | None:
+        if self.guard and any(is_duplicate(obj, earlier) for earlier in self.objects):
+            self.repeated = True
+            return None
         self.objects.append(obj)
         return obj
 

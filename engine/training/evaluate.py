@@ -1,12 +1,15 @@
 """Evaluate a checkpoint on held-out synthetic scenes through the real engine.
 
-    python -m engine.evaluate [--weights DIR] [--n 500] [--seed 12345] [--max-batch 16]
-                              [--latency-runs 30] [--threads 2] [--json PATH]
+    python -m engine.evaluate [--generator own|independent] [--weights DIR] [--n 500] [--seed 12345]
+                              [--max-batch 16] [--latency-runs 30] [--threads 2] [--json PATH]
 
-The set is `engine.training.scenes.scene_batch(seed, n)` — the generator's default distribution, the one
-training draws from, but another seed (training uses seeds [train_seed, batch, image]; this uses
-[seed, i], so the scenes differ). Every (scene, query) is asked once as detect and once as
-point; all requests go to one Engine (max_batch 16) and are collected at the end.
+`--generator own` (default): `engine.training.scenes.scene_batch(seed, n, **OWN_SCENES)` — the
+distribution training draws from, but another seed (training uses seeds [train_seed, batch,
+image]; this uses [seed, i], so the scenes differ). `--generator independent`:
+`engine.training.independent_scenes.independent_batch(seed, n)`, scenes drawn by separate code
+that training never sees, queries typed with capitals, plurals and articles. Every (scene,
+query) is asked once as detect and once as point; all requests go to one Engine (max_batch 16)
+and are collected at the end. The report is printed; it is written only where `--json` says.
 
 Metrics (pure functions below, tested in tests/test_evaluate.py):
 
@@ -25,6 +28,9 @@ Metrics (pure functions below, tested in tests/test_evaluate.py):
 * count exact: share of queries whose number of predictions equals the number of matches
   (per skill, and both skills together).
 * empty-query accuracy: among queries that match nothing, the share answered with no object.
+* breakdowns: detect / point recall of the matching objects by tilt (degrees from the shape's
+  upright pose), by size (circumscribed diameter / short side) and by shape; all metrics by
+  crowd size (objects in the scene, distractors included), by query form and by background.
 * latency: one detect per image with a max_batch=1 engine and `--threads` torch threads,
   wall time from submit (image conversion and cropping included) to result; median over
   `--latency-runs` images after warm-up.
@@ -45,7 +51,12 @@ import torch
 
 Box = tuple[float, float, float, float]
 
-TARGETS = {"detect_ap50": 0.90, "point_hit_rate": 0.95, "count_exact": 0.90, "latency_ms_median": 150.0}
+TARGETS = {"detect_ap50": 0.90, "point_hit_rate": 0.95, "count_exact": 0.90, "empty_accuracy": 0.97,
+           "crowded_ap50": 0.80, "recall_size_4pct": 0.90, "latency_ms_median": 100.0}
+GENERATORS = ("own", "independent")
+TILT_BUCKETS = (0.0, 10.0, 20.0, 30.0)          # lower edges, degrees
+SIZE_BUCKETS = (0.0, 0.04, 0.10, 0.20)          # lower edges, fraction of the short side
+CROWD_BUCKETS = (0, 6, 11)                      # lower edges, objects in the scene
 
 
 # --------------------------------------------------------------------------------------------
@@ -63,6 +74,11 @@ def box_iou(a: Sequence[float], b: Sequence[float]) -> float:
 def greedy_tp(pred: Sequence[Box], gt: Sequence[Box], threshold: float = 0.5) -> list[bool]:
     """COCO matching within one query: predictions in order, each takes the unmatched ground
     truth with the highest IoU ≥ threshold. Returns a true-positive flag per prediction."""
+    return greedy_match(pred, gt, threshold)[0]
+
+
+def greedy_match(pred: Sequence[Box], gt: Sequence[Box], threshold: float = 0.5) -> tuple[list[bool], list[bool]]:
+    """`greedy_tp`'s matching: (true-positive flag per prediction, found flag per ground truth)."""
     taken = [False] * len(gt)
     flags = []
     for p in pred:
@@ -75,7 +91,7 @@ def greedy_tp(pred: Sequence[Box], gt: Sequence[Box], threshold: float = 0.5) ->
         if best >= 0:
             taken[best] = True
         flags.append(best >= 0)
-    return flags
+    return flags, taken
 
 
 def average_precision(ranked_tp: Sequence[bool], n_gt: int) -> float | None:
@@ -149,17 +165,24 @@ def point_in_object(point: Sequence[float], obj, image_size: tuple[int, int]) ->
     return 0 <= r < mask.shape[0] and 0 <= c < mask.shape[1] and bool(mask[r, c])
 
 
+def point_match(pred: Sequence[Sequence[float]], objects: Sequence, size: tuple[int, int]) -> tuple[int, list[bool]]:
+    """(points that hit a matching object, found flag per object: one point per object, greedy)."""
+    hits, taken = 0, [False] * len(objects)
+    for pt in pred:
+        inside = [j for j, o in enumerate(objects) if point_in_object(pt, o, size)]
+        hits += bool(inside)
+        free = [j for j in inside if not taken[j]]
+        if free:
+            taken[free[0]] = True
+    return hits, taken
+
+
 def point_metrics(items: Sequence[tuple[Sequence[Sequence[float]], Sequence, tuple[int, int]]]) -> dict:
     """items: per query (predicted points in emission order, matching SceneObjects, image (W, H))."""
     hits = n_pred = n_gt = found = 0
     for pred, objects, size in items:
-        taken = [False] * len(objects)
-        for pt in pred:
-            inside = [j for j, o in enumerate(objects) if point_in_object(pt, o, size)]
-            hits += bool(inside)
-            free = [j for j in inside if not taken[j]]
-            if free:
-                taken[free[0]] = True
+        h, taken = point_match(pred, objects, size)
+        hits += h
         found += sum(taken)
         n_pred += len(pred)
         n_gt += len(objects)
@@ -217,31 +240,102 @@ def measure_latency(weights, data, runs: int, threads: int, warmup: int = 3) -> 
             "p90_ms": float(np.percentile(times, 90)), "mean_ms": statistics.fmean(times)}
 
 
+def bucket(value: float, edges: Sequence[float]) -> str:
+    """Label of the bucket [edge_i, edge_i+1) holding value ("20+" for the last)."""
+    i = max(k for k, e in enumerate(edges) if value >= e)
+    return f"{edges[i]:g}-{edges[i + 1]:g}" if i + 1 < len(edges) else f"{edges[i]:g}+"
+
+
+def query_form(text: str) -> str:
+    from engine.serving.skills import normalize_query
+    from engine.training.scenes import COLOURS
+
+    words = normalize_query(text).split()
+    return "colour shape" if len(words) == 2 else "colour" if words[0] in COLOURS else "shape"
+
+
+def breakdowns(data, det: list[list[Box]], pts: list[list[tuple[float, float]]]) -> dict:
+    """Per-object recall by tilt / size / shape, and all metrics by crowd, query form and background."""
+    recall: dict[str, dict[str, list[int]]] = {"tilt": {}, "size": {}, "shape": {}}
+    for (scene, query), boxes, points in zip(data, det, pts):
+        _, found_d = greedy_match(boxes, [o.box for o in query.matches])
+        _, found_p = point_match(points, query.matches, scene.image.size)
+        for o, fd, fp in zip(query.matches, found_d, found_p):
+            for key, label in (("tilt", bucket(o.tilt, TILT_BUCKETS)), ("size", bucket(o.size, SIZE_BUCKETS)),
+                               ("shape", o.shape)):
+                c = recall[key].setdefault(label, [0, 0, 0])
+                c[0] += 1
+                c[1] += fd
+                c[2] += fp
+    out: dict = {key: {label: {"objects": n, "detect_recall": d / n, "point_recall": p / n}
+                       for label, (n, d, p) in sorted(table.items())} for key, table in recall.items()}
+    big = [c for label, c in recall["size"].items() if not label.startswith("0-")]
+    n_big = sum(c[0] for c in big)
+    out["size_4pct_up"] = {"objects": n_big, "detect_recall": sum(c[1] for c in big) / n_big if n_big else None,
+                           "point_recall": sum(c[2] for c in big) / n_big if n_big else None}
+    for key, label_of in (("crowd", lambda s, q: bucket(len(s.objects), CROWD_BUCKETS)),
+                          ("form", lambda s, q: query_form(q.text)), ("background", lambda s, q: s.background)):
+        groups: dict[str, list[int]] = {}
+        for i, (scene, query) in enumerate(data):
+            groups.setdefault(label_of(scene, query), []).append(i)
+        out[key] = {}
+        for label, idx in sorted(groups.items()):
+            dm = detect_metrics([(det[i], [o.box for o in data[i][1].matches]) for i in idx])
+            pm = point_metrics([(pts[i], data[i][1].matches, data[i][0].image.size) for i in idx])
+            out[key][label] = {"queries": len(idx), "detect_ap50": dm["ap50"], "detect_precision": dm["precision"],
+                               "detect_recall": dm["recall"], "detect_count_exact": dm["count_exact"],
+                               "point_hit_rate": pm["hit_rate"], "point_recall": pm["recall"],
+                               "empty_accuracy": _mean_of(dm["empty_accuracy"], pm["empty_accuracy"])}
+    return out
+
+
+def _mean_of(*values):
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def generate(generator: str, seed: int, n: int):
+    """The (scene, query) pairs of a generator: "own" (training's distribution) or "independent"."""
+    if generator == "own":
+        from engine.training.scenes import OWN_SCENES, scene_batch
+
+        return scene_batch(seed, n, **OWN_SCENES)
+    if generator == "independent":
+        from engine.training.independent_scenes import independent_batch
+
+        return independent_batch(seed, n)
+    raise ValueError(f"unknown generator {generator!r}; choose one of {', '.join(GENERATORS)}")
+
+
 def evaluate(weights: str | Path | None, n: int = 500, seed: int = 12345, max_batch: int = 16,
-             latency_runs: int = 30, threads: int = 2, quiet: bool = False) -> dict:
+             latency_runs: int = 30, threads: int = 2, quiet: bool = False, generator: str = "own") -> dict:
     from engine.serving.engine import DEFAULT_WEIGHTS, Engine
-    from engine.training.scenes import scene_batch
 
     weights = Path(weights) if weights is not None else DEFAULT_WEIGHTS
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     t0 = time.perf_counter()
-    data = scene_batch(seed, n)
-    say(f"evaluate: {weights} on {n} scenes (seed {seed}), generated in {time.perf_counter() - t0:.1f}s")
+    data = generate(generator, seed, n)
+    say(f"evaluate: {weights} on {n} {generator} scenes (seed {seed}), generated in {time.perf_counter() - t0:.1f}s")
     engine = Engine.from_pretrained(weights, device="cpu", dtype="fp32", max_batch=max_batch)
-    report: dict = {"weights": str(weights), "n": n, "seed": seed, "max_batch": max_batch}
+    report: dict = {"weights": str(weights), "generator": generator, "n": n, "seed": seed, "max_batch": max_batch}
+    answers = {}
     for skill in ("detect", "point"):
         t0 = time.perf_counter()
         results, errors = run_requests(engine, data, skill)
         dt = time.perf_counter() - t0
         if skill == "detect":
-            m = detect_metrics([(_boxes(r), [o.box for o in q.matches]) for r, (_, q) in zip(results, data)])
+            answers[skill] = [_boxes(r) for r in results]
+            m = detect_metrics([(b, [o.box for o in q.matches]) for b, (_, q) in zip(answers[skill], data)])
         else:
-            m = point_metrics([(_points(r), q.matches, s.image.size) for r, (s, q) in zip(results, data)])
+            answers[skill] = [_points(r) for r in results]
+            m = point_metrics([(p, q.matches, s.image.size) for p, (s, q) in zip(answers[skill], data)])
         m.update(errors=errors, seconds=round(dt, 2), requests_per_s=round(n / dt, 1))
         report[skill] = m
         say(f"  {skill}: {n} requests in {dt:.1f}s ({n / dt:.1f}/s), {errors} errors")
     both = [report["detect"]["count_exact"], report["point"]["count_exact"]]
     report["count_exact"] = float(np.mean(both))
+    report["empty_accuracy"] = _mean_of(report["detect"]["empty_accuracy"], report["point"]["empty_accuracy"])
+    report["breakdowns"] = breakdowns(data, answers["detect"], answers["point"])
     if latency_runs > 0:
         report["latency"] = measure_latency(weights, data, min(latency_runs, n), threads)
     report["targets"] = check_targets(report)
@@ -249,8 +343,11 @@ def evaluate(weights: str | Path | None, n: int = 500, seed: int = 12345, max_ba
 
 
 def check_targets(report: dict) -> dict:
+    crowd = report.get("breakdowns", {}).get("crowd", {}).get(f"{CROWD_BUCKETS[-1]}+", {})
     values = {"detect_ap50": report["detect"]["ap50"], "point_hit_rate": report["point"]["hit_rate"],
-              "count_exact": report["count_exact"],
+              "count_exact": report["count_exact"], "empty_accuracy": report.get("empty_accuracy"),
+              "crowded_ap50": crowd.get("detect_ap50"),
+              "recall_size_4pct": report.get("breakdowns", {}).get("size_4pct_up", {}).get("detect_recall"),
               "latency_ms_median": report.get("latency", {}).get("median_ms")}
     out = {}
     for key, target in TARGETS.items():
@@ -276,6 +373,18 @@ def format_table(report: dict) -> str:
         f"{'predictions / ground truth':<28}{d['predictions']:>5}/{d['ground_truth']:<4}{p['predictions']:>5}/{p['ground_truth']:<4}",
         f"{'errors':<28}{d['errors']:>10}{p['errors']:>10}",
     ]
+    parts = report.get("breakdowns", {})
+    for key, title in (("tilt", "tilt (deg)"), ("size", "size (of short side)"), ("shape", "shape")):
+        if key in parts:
+            lines.append(f"by {title}: " + ", ".join(
+                f"{k} {f(v['detect_recall']).strip()}/{f(v['point_recall']).strip()} (n={v['objects']})"
+                for k, v in parts[key].items()) + "   [detect/point recall]")
+    for key in ("crowd", "form", "background"):
+        if key in parts:
+            lines.append(f"by {key}: " + ", ".join(
+                f"{k} AP50 {f(v['detect_ap50']).strip()} P {f(v['detect_precision']).strip()} "
+                f"hit {f(v['point_hit_rate']).strip()} empty {f(v['empty_accuracy']).strip()} (q={v['queries']})"
+                for k, v in parts[key].items()))
     if "latency" in report:
         lat = report["latency"]
         lines.append(f"latency, one detect ({lat['threads']} threads, max_batch 1): median {lat['median_ms']:.1f} ms, "
@@ -288,17 +397,22 @@ def format_table(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m engine.evaluate", description=__doc__.splitlines()[0])
+    ap.add_argument("--generator", default="own", choices=GENERATORS,
+                    help="own: the training distribution (another seed); independent: separately written scenes")
     ap.add_argument("--weights", default=None, help="checkpoint directory (default: the embedded model in assets/)")
     ap.add_argument("--n", type=int, default=500, help="number of (scene, query) pairs")
     ap.add_argument("--seed", type=int, default=12345, help="held-out scene seed (training uses its own seed)")
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--latency-runs", type=int, default=30, help="detect requests timed with a max_batch=1 engine (0: skip)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads for the latency measurement")
-    ap.add_argument("--json", default=None, help="where to write the report (default: WEIGHTS/eval.json)")
+    ap.add_argument("--json", default=None, help="also write the report here as JSON (default: print only)")
     a = ap.parse_args(argv)
-    report = evaluate(a.weights, n=a.n, seed=a.seed, max_batch=a.max_batch, latency_runs=a.latency_runs, threads=a.threads)
+    report = evaluate(a.weights, n=a.n, seed=a.seed, max_batch=a.max_batch, latency_runs=a.latency_runs, threads=a.threads,
+                      generator=a.generator)
     print(format_table(report))
-    path = Path(a.json) if a.json else Path(report["weights"]) / "eval.json"
+    if not a.json:
+        return 0
+    path = Path(a.json)
     try:
         path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {path}")

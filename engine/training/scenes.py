@@ -24,18 +24,31 @@ Conventions (all coordinates normalised by the image width / height):
 from __future__ import annotations
 
 import colorsys
+import dataclasses
+import io
 import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFilter
 
 from engine.model.vocabulary import Vocabulary
 
+# The vocabulary (one home; README "The embedded model" repeats it). Names never overlap:
+# * square: four equal sides and equal diagonals, at ANY rotation (45° included: a tilted
+#   square is a square, never a diamond);
+# * diamond: a rhombus whose short diagonal is DIAMOND_RATIO (0.5–0.75) of its long one, at any
+#   rotation; so a diamond is never a square;
+# * every shape may appear at any rotation; circle, triangle (equilateral), star (five points),
+#   cross (plus-shaped, arms of equal length), hexagon (regular).
+# Objects outside the vocabulary (DISTRACTOR_SHAPES, DISTRACTOR_COLOURS) appear in scenes and must
+# never be returned for a shape they do not have; a colour query ("red") names every object of that
+# colour, whatever its shape.
 SHAPES: tuple[str, ...] = ("circle", "square", "triangle", "star", "cross", "hexagon", "diamond")
+DIAMOND_RATIO = (0.5, 0.75)
 
-COLOURS: dict[str, tuple[int, int, int]] = {
+COLOURS: dict[str, tuple[int, int, int]] = {     # the canonical shade of each colour name
     "red": (225, 30, 35),
     "green": (30, 175, 50),
     "blue": (35, 80, 235),
@@ -46,20 +59,78 @@ COLOURS: dict[str, tuple[int, int, int]] = {
     "black": (15, 15, 15),
 }
 
+# Every shade a colour name covers: (hue from, hue to in degrees, saturation range, value range).
+# Objects take a uniform shade from their name's range (one flat fill per object).
+COLOUR_RANGES: dict[str, tuple[float, float, float, float, float, float]] = {
+    "red": (-10, 6, 0.7, 1.0, 0.72, 1.0),
+    "orange": (20, 34, 0.8, 1.0, 0.88, 1.0),
+    "yellow": (48, 60, 0.75, 1.0, 0.88, 1.0),
+    "green": (100, 145, 0.6, 1.0, 0.5, 0.85),
+    "blue": (205, 232, 0.65, 1.0, 0.6, 0.95),
+    "purple": (265, 290, 0.45, 0.85, 0.6, 0.85),
+    "white": (0, 360, 0.0, 0.05, 0.94, 1.0),
+    "black": (0, 360, 0.0, 0.3, 0.0, 0.12),
+}
+DISTRACTOR_COLOURS: dict[str, tuple[float, float, float, float, float, float]] = {
+    "pink": (325, 350, 0.22, 0.5, 0.92, 1.0),
+    "cyan": (178, 192, 0.65, 1.0, 0.78, 1.0),
+    "brown": (18, 32, 0.55, 0.85, 0.32, 0.55),
+    "gray": (0, 360, 0.0, 0.04, 0.42, 0.62),
+}
+DISTRACTOR_SHAPES: tuple[str, ...] = ("pentagon", "ellipse", "rectangle", "heart", "arrow", "ring", "crescent", "trapezoid")
+
 QUERY_WORDS: tuple[str, ...] = tuple(COLOURS) + SHAPES
 # What a model trained on these scenes recognises (written into its config.json for the UI).
 SCENE_VOCABULARY = Vocabulary({"shapes": SHAPES, "colours": tuple(COLOURS)},
                               examples=("red circle", "star", "blue square", "green", "yellow triangle", "hexagon"))
 
-BACKGROUNDS: tuple[str, ...] = ("flat", "gradient", "noise", "blotches", "stripes", "checker")
+BACKGROUNDS: tuple[str, ...] = ("flat", "gradient", "noise", "blotches", "stripes", "checker", "texture")
 
 MAX_COVERED = 0.30      # largest fraction of an object's pixels that later objects may hide
 READING_BANDS = 8       # reading order: horizontal bands of 1/8 image height, then x
-COLOUR_JITTER = 10      # per-channel jitter of an object's fill colour
-MIN_BG_DISTANCE = 90.0  # smallest RGB distance from a background base colour to any object colour
-SIZE_FRACTION = (0.07, 0.30)  # object size (circumscribed diameter) relative to the image's short side
-MIN_OBJECT_PX = 12
+MIN_BG_DISTANCE = 60.0  # smallest RGB distance from a background base colour to any object shade
+SIZE_FRACTION = (0.02, 0.40)  # object size (circumscribed diameter) / the image's short side, log-uniform
+MIN_OBJECT_PX = 9
 MAX_ASPECT = 3.0        # image aspect ratio stays within [1/3, 3]
+SYMMETRY = {"circle": 0.0, "square": 90.0, "triangle": 120.0, "star": 72.0, "cross": 90.0, "hexagon": 60.0,
+            "diamond": 180.0}   # rotation period in degrees (0: rotation changes nothing)
+
+# The training distribution (engine.training.train's RECIPE and `engine.evaluate --generator own`).
+OWN_SCENES: dict[str, Any] = {"min_objects": 0, "max_objects": 25, "size_range": (96, 512), "distractors": 4,
+                              "crowd_rate": 0.35, "effects": True}
+
+
+def tilt(shape: str, angle: float) -> float:
+    """How far a rotation by `angle` degrees turns a shape away from its nearest upright pose
+    (0 … half its symmetry period, in degrees; always 0 for a circle or an unknown shape)."""
+    period = SYMMETRY.get(shape, 0.0)
+    if not period:
+        return 0.0
+    a = angle % period
+    return float(min(a, period - a))
+
+
+def hsv_shade(rng: np.random.Generator, spec: Sequence[float]) -> np.ndarray:
+    """A uniform RGB shade (float, 0–255) from an (h0, h1, s0, s1, v0, v1) range."""
+    h0, h1, s0, s1, v0, v1 = spec
+    h = (rng.uniform(h0, h1) % 360.0) / 360.0
+    return np.array(colorsys.hsv_to_rgb(h, rng.uniform(s0, s1), rng.uniform(v0, v1))) * 255.0
+
+
+def in_range(rgb: Sequence[float], spec: Sequence[float], tol: float = 0.01) -> bool:
+    """Does an RGB shade fall in an (h0, h1, s0, s1, v0, v1) range (tolerance `tol`, plus the
+    saturation and hue error of 8-bit rounding, large for dark and grey shades)?"""
+    h, sat, val = colorsys.rgb_to_hsv(*(np.asarray(rgb, dtype=np.float64) / 255.0))
+    h0, h1, s0, s1, v0, v1 = spec
+    s_tol = tol + 1.0 / max(val * 255.0, 1.0)
+    if not (s0 - s_tol <= sat <= s1 + s_tol and v0 - tol <= val <= v1 + tol):
+        return False
+    chroma = sat * val * 255.0
+    if h1 - h0 >= 360 or chroma < 8:
+        return True
+    tol = tol + 30.0 / 360.0 / chroma
+    deg = h * 360.0
+    return any(h0 - 360 * tol <= d <= h1 + 360 * tol for d in (deg, deg - 360.0, deg + 360.0))
 
 
 @dataclass(frozen=True)
@@ -69,6 +140,8 @@ class SceneObject:
     box: tuple[float, float, float, float]
     point: tuple[float, float]
     rgb: tuple[int, int, int] = (0, 0, 0)
+    tilt: float = 0.0       # degrees away from the upright pose (`tilt`)
+    size: float = 0.0       # circumscribed diameter / the image's short side
     # Full (unoccluded) pixel mask of the shape, cropped to its box: shape (box height, box width).
     mask: np.ndarray | None = field(default=None, compare=False, repr=False)
 
@@ -76,11 +149,17 @@ class SceneObject:
     def name(self) -> str:
         return f"{self.colour} {self.shape}"
 
+    @property
+    def known(self) -> bool:
+        """Both its colour and its shape are in the vocabulary (not a distractor)."""
+        return self.colour in COLOURS and self.shape in SHAPES
+
 
 @dataclass(frozen=True)
 class Scene:
     image: Image.Image
     objects: tuple[SceneObject, ...]   # in drawing order (bottom first)
+    background: str = ""               # the background's kind (for breakdowns)
 
     @property
     def size(self) -> tuple[int, int]:
@@ -95,9 +174,10 @@ class Query:
 
 # --------------------------------------------------------------------------- shapes
 
-def _polygon(shape: str, r: float, angle: float) -> list[tuple[float, float]] | None:
-    """Vertices around the origin (None for the circle), y pointing down."""
-    if shape == "circle":
+def _polygon(shape: str, r: float, angle: float, aspect: float = 0.62) -> list[tuple[float, float]] | None:
+    """Vertices around the origin (None for shapes drawn as ellipses), y pointing down.
+    `aspect`: a diamond's short / long diagonal, a rectangle's or ellipse's short / long side."""
+    if shape in ("circle", "ellipse", "ring", "crescent"):
         return None
     if shape == "square":
         a = r / math.sqrt(2.0)
@@ -116,35 +196,65 @@ def _polygon(shape: str, r: float, angle: float) -> list[tuple[float, float]] | 
     elif shape == "hexagon":
         pts = [(r * math.cos(math.radians(60 * k)), r * math.sin(math.radians(60 * k))) for k in range(6)]
     elif shape == "diamond":
-        pts = [(0.0, -r), (0.62 * r, 0.0), (0.0, r), (-0.62 * r, 0.0)]
+        pts = [(0.0, -r), (aspect * r, 0.0), (0.0, r), (-aspect * r, 0.0)]
+    elif shape == "pentagon":
+        pts = [(r * math.cos(math.radians(-90 + 72 * k)), r * math.sin(math.radians(-90 + 72 * k))) for k in range(5)]
+    elif shape == "rectangle":
+        a = r / math.sqrt(1.0 + aspect * aspect)
+        pts = [(-a, -aspect * a), (a, -aspect * a), (a, aspect * a), (-a, aspect * a)]
+    elif shape == "trapezoid":
+        pts = [(-0.45 * r, -0.55 * r), (0.45 * r, -0.55 * r), (r, 0.55 * r), (-r, 0.55 * r)]
+    elif shape == "arrow":
+        pts = [(-r, -0.2 * r), (0.25 * r, -0.2 * r), (0.25 * r, -0.6 * r), (r, 0.0), (0.25 * r, 0.6 * r),
+               (0.25 * r, 0.2 * r), (-r, 0.2 * r)]
+    elif shape == "heart":
+        pts = []
+        for k in range(40):
+            t = 2 * math.pi * k / 40
+            x = 16 * math.sin(t) ** 3
+            y = -(13 * math.cos(t) - 5 * math.cos(2 * t) - 2 * math.cos(3 * t) - math.cos(4 * t))
+            pts.append((x * r / 17.0, (y + 2.5) * r / 17.0))
     else:
-        raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+        raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES + DISTRACTOR_SHAPES)}")
     c, s = math.cos(angle), math.sin(angle)
     return [(x * c - y * s, x * s + y * c) for x, y in pts]
 
 
-def render_shape(shape: str, diameter: float, angle_deg: float = 0.0) -> np.ndarray:
-    """Boolean mask of a shape whose circumscribed circle has `diameter` px, cropped tight."""
-    r = diameter / 2.0
-    n = int(math.ceil(diameter)) + 4
+def _round_shape(shape: str, r: float, n: int, angle_deg: float, aspect: float) -> np.ndarray:
+    """Circle, ellipse, ring and crescent: drawn upright on an n×n canvas, then rotated."""
     c = n / 2.0
     canvas = Image.new("L", (n, n), 0)
     draw = ImageDraw.Draw(canvas)
-    pts = _polygon(shape, r, math.radians(angle_deg))
-    if pts is None:
-        draw.ellipse([c - r, c - r, c + r, c + r], fill=1)
+    if shape == "ellipse":
+        draw.ellipse([c - r, c - aspect * r, c + r, c + aspect * r], fill=1)
     else:
-        draw.polygon([(c + x, c + y) for x, y in pts], fill=1)
-    mask = np.asarray(canvas, dtype=bool)
+        draw.ellipse([c - r, c - r, c + r, c + r], fill=1)
+        if shape == "ring":
+            draw.ellipse([c - 0.55 * r, c - 0.55 * r, c + 0.55 * r, c + 0.55 * r], fill=0)
+        elif shape == "crescent":
+            draw.ellipse([c - 0.5 * r, c - 0.95 * r, c + 1.4 * r, c + 0.95 * r], fill=0)
+    if shape != "circle" and angle_deg:
+        canvas = canvas.rotate(-angle_deg, resample=Image.NEAREST, center=(c, c))
+    return np.asarray(canvas, dtype=bool)
+
+
+def render_shape(shape: str, diameter: float, angle_deg: float = 0.0, aspect: float = 0.62) -> np.ndarray:
+    """Boolean mask of a shape whose circumscribed circle has `diameter` px, cropped tight."""
+    r = diameter / 2.0
+    n = int(math.ceil(diameter)) + 4
+    pts = _polygon(shape, r, math.radians(angle_deg), aspect)
+    if pts is None:
+        mask = _round_shape(shape, r, n, angle_deg, aspect)
+    else:
+        c = n / 2.0
+        canvas = Image.new("L", (n, n), 0)
+        ImageDraw.Draw(canvas).polygon([(c + x, c + y) for x, y in pts], fill=1)
+        mask = np.asarray(canvas, dtype=bool)
     rows = np.flatnonzero(mask.any(axis=1))
     cols = np.flatnonzero(mask.any(axis=0))
     if rows.size == 0:
         raise ValueError(f"shape {shape!r} of diameter {diameter} draws no pixels")
     return mask[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
-
-
-_MAX_ANGLE = {"circle": 0.0, "square": 10.0, "diamond": 10.0, "triangle": 15.0, "star": 15.0,
-              "cross": 12.0, "hexagon": 15.0}
 
 
 def _inner_point(mask: np.ndarray) -> tuple[int, int]:
@@ -160,16 +270,26 @@ def _inner_point(mask: np.ndarray) -> tuple[int, int]:
 
 # --------------------------------------------------------------------------- backgrounds
 
-_OBJECT_RGB = np.array(list(COLOURS.values()), dtype=np.float64)
+def _range_samples(spec) -> list[np.ndarray]:
+    h0, h1, s0, s1, v0, v1 = spec
+    hues = np.linspace(h0, h1, 2 + int((h1 - h0) // 15))
+    return [np.array(colorsys.hsv_to_rgb((h % 360) / 360, sa, va)) * 255.0
+            for h in hues for sa in (s0, (s0 + s1) / 2, s1) for va in (v0, (v0 + v1) / 2, v1)]
+
+
+# shades spanning every colour name's range: backgrounds keep MIN_BG_DISTANCE from all of them
+_OBJECT_RGB = np.array([rgb for spec in COLOUR_RANGES.values() for rgb in _range_samples(spec)], dtype=np.float64)
 
 
 def _bg_colour(rng: np.random.Generator) -> np.ndarray:
-    """A muted mid-tone colour far from every object colour."""
-    for _ in range(100):
-        h, s, v = rng.random(), rng.uniform(0.0, 0.28), rng.uniform(0.32, 0.72)
-        rgb = np.array(colorsys.hsv_to_rgb(h, s, v)) * 255.0
-        if np.min(np.linalg.norm(_OBJECT_RGB - rgb, axis=1)) >= MIN_BG_DISTANCE:
-            return rgb
+    """A muted mid-tone colour far from every object shade (the first of 64 candidates that is)."""
+    for _ in range(4):
+        cand = np.array([colorsys.hsv_to_rgb(rng.random(), rng.uniform(0.0, 0.28), rng.uniform(0.32, 0.72))
+                         for _ in range(64)]) * 255.0                                      # [64, 3]
+        dist = np.sqrt(((cand[:, None, :] - _OBJECT_RGB[None]) ** 2).sum(-1)).min(1)    # [64]
+        ok = np.flatnonzero(dist >= MIN_BG_DISTANCE)
+        if ok.size:
+            return cand[ok[0]]
     return np.array([128.0, 128.0, 128.0])
 
 
@@ -201,6 +321,13 @@ def background(rng: np.random.Generator, w: int, h: int) -> tuple[np.ndarray, st
         img = u1.astype(np.int16) + rng.integers(-a, a + 1, size=(h, w, 1), dtype=np.int16) \
             + rng.integers(-b, b + 1, size=(h, w, 3), dtype=np.int16)
         return np.clip(img, 0, 255).astype(np.uint8), kind
+    elif kind == "texture":   # photographic-like: a few octaves of smooth noise plus grain
+        frac = np.zeros((h, w), np.float32)
+        for octave, weight in ((3, 0.5), (9, 0.3), (27, 0.2)):
+            gw, gh = max(2, w * octave // 256 + 2), max(2, h * octave // 256 + 2)
+            small = (rng.random((gh, gw)) * 255.0).astype(np.float32)
+            frac += weight * np.asarray(Image.fromarray(small, mode="F").resize((w, h), Image.BICUBIC))
+        frac += rng.normal(0.0, 12.0, size=(h, w)).astype(np.float32)
     else:  # checker
         cell = int(rng.integers(6, 41))
         band = (np.arange(h, dtype=np.int32)[:, None] // cell + np.arange(w, dtype=np.int32)[None, :] // cell) & 1
@@ -212,8 +339,9 @@ def background(rng: np.random.Generator, w: int, h: int) -> tuple[np.ndarray, st
 # --------------------------------------------------------------------------- scenes
 
 def _try_place(rng, owner, placed, shape, colour, diameter, w, h):
-    angle = rng.uniform(-_MAX_ANGLE[shape], _MAX_ANGLE[shape])
-    mask = render_shape(shape, diameter, angle)
+    angle = rng.uniform(0.0, 360.0)
+    aspect = rng.uniform(*DIAMOND_RATIO) if shape == "diamond" else rng.uniform(0.35, 0.55)
+    mask = render_shape(shape, diameter, angle, aspect)
     mh, mw = mask.shape
     if mh > h or mw > w:
         return None
@@ -236,15 +364,22 @@ def _try_place(rng, owner, placed, shape, colour, diameter, w, h):
     for i in np.flatnonzero(hidden):
         placed[i]["visible"] -= int(hidden[i])
     iy, ix = _inner_point(mask)
-    return {"shape": shape, "colour": colour, "mask": mask, "rect": (y0, x0, y1, x1),
+    return {"shape": shape, "colour": colour, "mask": mask, "rect": (y0, x0, y1, x1), "tilt": tilt(shape, angle),
             "area": int(mask.sum()), "visible": int(mask.sum()), "pix": (y0 + iy, x0 + ix)}
 
 
 def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: int = 10,
-               size_range: tuple[int, int] = (96, 512)) -> Scene:
+               size_range: tuple[int, int] = (96, 512), distractors: int = 0, crowd_rate: float = 0.0,
+               effects: bool = False) -> Scene:
     """One random scene: width uniform in size_range, height uniform in size_range within an
-    aspect ratio of MAX_ASPECT. The object count is drawn uniformly from [min_objects, max_objects];
-    in a crowded small image fewer may fit (placement gives up after many tries)."""
+    aspect ratio of MAX_ASPECT. The count of vocabulary objects is drawn uniformly from
+    [min_objects, max_objects]; in a crowded small image fewer may fit (placement gives up after
+    many tries). Every object takes any rotation and a log-uniform size in SIZE_FRACTION.
+
+    distractors: up to this many extra objects (uniform 0..distractors, drawn among the others)
+    whose shape and/or colour is outside the vocabulary. crowd_rate: chance that the scene's
+    objects come from only 1–3 (colour, shape) kinds, so one query matches many copies.
+    effects: `photo_effects` (blur, JPEG, rescaling) on the finished scene."""
     if not 0 <= min_objects <= max_objects:
         raise ValueError(f"need 0 <= min_objects <= max_objects, got {min_objects}, {max_objects}")
     lo, hi = size_range
@@ -252,16 +387,30 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
         raise ValueError(f"size_range must satisfy 16 <= lo <= hi, got {size_range}")
     w = int(rng.integers(lo, hi + 1))
     h = int(rng.integers(max(lo, math.ceil(w / MAX_ASPECT)), min(hi, int(w * MAX_ASPECT)) + 1))
-    pixels, _ = background(rng, w, h)
+    pixels, kind = background(rng, w, h)
     owner = np.full((h, w), -1, dtype=np.int32)
     n = int(rng.integers(min_objects, max_objects + 1))
+    n_extra = int(rng.integers(0, distractors + 1)) if distractors else 0
     short = min(w, h)
     placed: list[dict[str, Any]] = []
     colour_names = list(COLOURS)
-    for _ in range(n):
-        shape = SHAPES[int(rng.integers(len(SHAPES)))]
-        colour = colour_names[int(rng.integers(len(colour_names)))]
-        frac = rng.uniform(*SIZE_FRACTION)
+    kinds = None
+    if crowd_rate and rng.random() < crowd_rate:
+        kinds = [(colour_names[int(rng.integers(len(colour_names)))], SHAPES[int(rng.integers(len(SHAPES)))])
+                 for _ in range(int(rng.integers(1, 4)))]
+    extra_at = set(rng.choice(n + n_extra, size=n_extra, replace=False).tolist()) if n_extra else set()
+    log_lo, log_hi = math.log(SIZE_FRACTION[0]), math.log(SIZE_FRACTION[1])
+    for i in range(n + n_extra):
+        if i in extra_at:
+            shape, colour, spec = _distractor(rng)
+        else:
+            if kinds is not None:
+                colour, shape = kinds[int(rng.integers(len(kinds)))]
+            else:
+                shape = SHAPES[int(rng.integers(len(SHAPES)))]
+                colour = colour_names[int(rng.integers(len(colour_names)))]
+            spec = COLOUR_RANGES[colour]
+        frac = math.exp(rng.uniform(log_lo, log_hi))
         for attempt in range(40):
             scale = 1.0 if attempt < 20 else 0.6
             diameter = max(MIN_OBJECT_PX, frac * scale * short)
@@ -270,12 +419,12 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
                 break
         else:
             continue
-        base = np.array(COLOURS[colour])
-        rgb = np.clip(base + rng.integers(-COLOUR_JITTER, COLOUR_JITTER + 1, size=3), 0, 255).astype(np.uint8)
+        rgb = np.clip(np.rint(hsv_shade(rng, spec)), 0, 255).astype(np.uint8)
         y0, x0, y1, x1 = obj["rect"]
         pixels[y0:y1, x0:x1][obj["mask"]] = rgb
         owner[y0:y1, x0:x1][obj["mask"]] = len(placed)
         obj["rgb"] = tuple(int(v) for v in rgb)
+        obj["size"] = diameter / short
         placed.append(obj)
     objects = []
     for p in placed:
@@ -287,8 +436,55 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
             shape=p["shape"], colour=p["colour"],
             box=(x0 / w, y0 / h, x1 / w, y1 / h),
             point=((px + 0.5) / w, (py + 0.5) / h),
-            rgb=p["rgb"], mask=mask))
-    return Scene(image=Image.fromarray(pixels, mode="RGB"), objects=tuple(objects))
+            rgb=p["rgb"], tilt=p["tilt"], size=p["size"], mask=mask))
+    scene = Scene(image=Image.fromarray(pixels, mode="RGB"), objects=tuple(objects), background=kind)
+    return photo_effects(rng, scene) if effects else scene
+
+
+def _distractor(rng: np.random.Generator) -> tuple[str, str, Sequence[float]]:
+    """(shape, colour, shade range) of an object outside the vocabulary: an unknown shape in any
+    colour, or a known shape in an unknown colour."""
+    if rng.random() < 0.6:
+        shape = DISTRACTOR_SHAPES[int(rng.integers(len(DISTRACTOR_SHAPES)))]
+        pool = {**COLOUR_RANGES, **DISTRACTOR_COLOURS}
+    else:
+        shape = SHAPES[int(rng.integers(len(SHAPES)))]
+        pool = DISTRACTOR_COLOURS
+    colour = list(pool)[int(rng.integers(len(pool)))]
+    return shape, colour, pool[colour]
+
+
+EFFECT_P = {"rescale": 0.3, "blur": 0.25, "jpeg": 0.3}
+
+
+def photo_effects(rng: np.random.Generator, scene: Scene) -> Scene:
+    """Capture-like degradations of a finished scene, each with its EFFECT_P chance: rescaling
+    (each side by 0.6–1.0, the two factors within 8 % of each other; boxes stay on the new pixel
+    grid, masks are resized with nearest neighbour), Gaussian blur (radius 0.3–1.2 px) and JPEG
+    (quality 30–90). Boxes and points keep their meaning; pixel colours are no longer exact."""
+    image, objects = scene.image, scene.objects
+    if rng.random() < EFFECT_P["rescale"]:
+        w, h = image.size
+        f = rng.uniform(0.6, 1.0)
+        g = f * math.exp(rng.uniform(-0.08, 0.08))
+        nw, nh = max(32, int(round(w * f))), max(32, int(round(h * min(g, 1.0))))
+        image = image.resize((nw, nh), Image.LANCZOS)
+        objects = tuple(_rescaled(o, nw, nh) for o in objects)
+    if rng.random() < EFFECT_P["blur"]:
+        image = image.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 1.2)))
+    if rng.random() < EFFECT_P["jpeg"]:
+        buf = io.BytesIO()
+        image.save(buf, format="JPEG", quality=int(rng.integers(30, 91)))
+        image = Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+    return Scene(image=image, objects=objects, background=scene.background)
+
+
+def _rescaled(obj: SceneObject, w: int, h: int) -> SceneObject:
+    x0, y0 = int(round(obj.box[0] * w)), int(round(obj.box[1] * h))
+    x1, y1 = max(x0 + 1, int(round(obj.box[2] * w))), max(y0 + 1, int(round(obj.box[3] * h)))
+    mask = np.asarray(Image.fromarray(obj.mask).resize((x1 - x0, y1 - y0), Image.NEAREST), dtype=bool)
+    mask.setflags(write=False)
+    return dataclasses.replace(obj, box=(x0 / w, y0 / h, x1 / w, y1 / h), mask=mask)
 
 
 # --------------------------------------------------------------------------- queries
@@ -338,8 +534,13 @@ def make_query(rng: np.random.Generator, scene: Scene, *, empty_rate: float = 0.
     """A query for `scene`: with probability `empty_rate` (always, for a scene with no
     objects) one that matches nothing, otherwise one naming a random object of the scene."""
     form = _FORMS[int(rng.choice(len(_FORMS), p=_FORM_P))]
-    if scene.objects and rng.random() >= empty_rate:
-        obj = scene.objects[int(rng.integers(len(scene.objects)))]
+    named = [o for o in scene.objects if o.colour in COLOURS or o.shape in SHAPES]
+    if named and rng.random() >= empty_rate:
+        obj = named[int(rng.integers(len(named)))]
+        if obj.colour not in COLOURS:      # a distractor is named only by its known attribute
+            form = "shape"
+        elif obj.shape not in SHAPES:
+            form = "colour"
         text = _text(form, obj.colour, obj.shape)
     else:
         present = {(o.colour, o.shape) for o in scene.objects}
@@ -355,10 +556,37 @@ def make_query(rng: np.random.Generator, scene: Scene, *, empty_rate: float = 0.
     return Query(text=text, matches=matches(text, scene.objects))
 
 
+_PLURAL = {"cross": "crosses"}
+
+
+def vary_wording(rng: np.random.Generator, text: str) -> str:
+    """Another way a user may type a query: random case, a plural, a leading article or
+    quantifier, extra spaces, a trailing full stop. `engine.serving.skills.normalize_query`
+    maps every variant back to `text`."""
+    words = text.split()
+    if rng.random() < 0.3:
+        words[-1] = _PLURAL.get(words[-1], words[-1] + "s")
+    if rng.random() < 0.25:
+        words.insert(0, ("the", "a", "all", "all the", "any")[int(rng.integers(5))])
+    case = rng.random()
+    out = " ".join(words)
+    if case < 0.15:
+        out = out.upper()
+    elif case < 0.35:
+        out = out.title()
+    elif case < 0.45:
+        out = "".join(ch.upper() if rng.random() < 0.5 else ch for ch in out)
+    if rng.random() < 0.15:
+        out = "  " + out.replace(" ", "   ") + " "
+    if rng.random() < 0.1:
+        out += "."
+    return out
+
+
 def scene_batch(seed: int, n: int, **kw: Any) -> list[tuple[Scene, Query]]:
     """n (scene, query) pairs. Item i depends only on (seed, i), so batches of different
     lengths from one seed share their prefix. Keyword arguments go to make_scene
-    (min_objects, max_objects, size_range) and make_query (empty_rate)."""
+    (min_objects, max_objects, size_range, distractors, crowd_rate, effects) and make_query (empty_rate)."""
     q_kw = {k: kw.pop(k) for k in ("empty_rate",) if k in kw}
     out = []
     for i in range(n):

@@ -100,8 +100,9 @@ from engine.model.config import PRESETS, MoondreamConfig
 from engine.model.image import normalize_crops, overlap_crop_image
 from engine.model.moondream import MoondreamModel
 from engine.model.region import coord_to_bin, size_from_bin, size_to_bin
-from engine.training.scenes import ALL_QUERIES, COLOURS, SCENE_VOCABULARY, SHAPES, make_query, make_scene
-from engine.serving.skills import prompt_ids
+from engine.training.scenes import (ALL_QUERIES, COLOURS, OWN_SCENES, SCENE_VOCABULARY, SHAPES, make_query,
+                                    make_scene, vary_wording)
+from engine.serving.skills import normalize_query, prompt_ids
 from engine.model.text import rope_tables
 from engine.training.vocab import build_tokenizer
 
@@ -132,8 +133,8 @@ RECIPE: dict[str, Any] = {
     "decoder_init": "fourier",  # region decoders' output rows start as smooth functions of the bin
     "init_std": 0.02,
     "feature_std": 10.0,     # Fourier feature matrices (coord_features, size_features)
-    "scene": {"min_objects": 0, "max_objects": 10, "size_range": (96, 512)},   # make_scene defaults
-    "empty_rate": 0.15,      # make_query default: as in evaluation
+    "scene": OWN_SCENES,     # make_scene arguments: up to 25 objects, distractors, crowds, photo effects
+    "empty_rate": 0.2,       # share of queries that match nothing
     "minutes": None,         # wall-time budget (None: until `steps`)
     "calibrate_s": 30.0,
     "heldout": 150,          # after training: greedy detect + point (engine.model.reference) on this many
@@ -227,7 +228,11 @@ def make_batch(config: MoondreamConfig, prompts: dict, seed: int, index: int, *,
                 if (skill, query.text) not in seen:
                     break
             seen.add((skill, query.text))
-            seqs.append(query_sequence(prompts[(skill, query.text)], skill, query.matches, config))
+            # the user's wording varies; the model sees it as the engine passes it: normalised
+            text = normalize_query(vary_wording(rng, query.text))
+            if text != query.text:
+                raise AssertionError(f"normalize_query maps {query.text!r}'s variant to {text!r}")
+            seqs.append(query_sequence(prompts[(skill, text)], skill, query.matches, config))
             img.append(b)
     t = max(len(s["tok"]) for s in seqs)
     out: dict[str, np.ndarray] = {
@@ -260,7 +265,7 @@ def make_batch(config: MoondreamConfig, prompts: dict, seed: int, index: int, *,
 
 def cell_labels(scene, grid: int, samples: int = 4) -> tuple[np.ndarray, np.ndarray]:
     """Per image-token cell (grid × grid over the whole image, aspect ignored, as the prefix):
-    colour id (1 + index in COLOURS) and shape id (1 + index in SHAPES) of the object covering
+    colour id (1 + index in COLOURS) and shape id (1 + index in SHAPES, 0 if unknown) of the object covering
     most of the cell's samples² sample points if it covers at least a quarter of them, else 0
     (background). Later objects are drawn on top, as in the image."""
     w, h = scene.image.size
@@ -284,8 +289,9 @@ def cell_labels(scene, grid: int, samples: int = 4) -> tuple[np.ndarray, np.ndar
         counts = np.stack([(per_cell == i).sum(1) for i in range(len(scene.objects))])    # [objects, cells]
         best = counts.argmax(0)
         on = counts.max(0) * 4 >= samples * samples
-        colour_ids = np.array([1 + list(COLOURS).index(o.colour) for o in scene.objects])
-        shape_ids = np.array([1 + SHAPES.index(o.shape) for o in scene.objects])
+        # objects outside the vocabulary: 0 (as the background) for the unknown attribute
+        colour_ids = np.array([1 + list(COLOURS).index(o.colour) if o.colour in COLOURS else 0 for o in scene.objects])
+        shape_ids = np.array([1 + SHAPES.index(o.shape) if o.shape in SHAPES else 0 for o in scene.objects])
         colour[on] = colour_ids[best[on]]
         shape[on] = shape_ids[best[on]]
     return colour, shape
@@ -931,12 +937,12 @@ def heldout_check(out: Path, dev: torch.device, n: int, seed: int, budget_s: flo
     just written, so it scores the bf16 weights as the engine will see them (in fp32)."""
     from engine.training.evaluate import detect_metrics, point_metrics
     from engine.model.reference import reference_generate
-    from engine.training.scenes import scene_batch
+    from engine.training.scenes import OWN_SCENES, scene_batch
     from engine import DEFAULT_MAX_OBJECTS
 
     t0 = time.monotonic()
     model = load_model(out, dtype="fp32", device=dev)
-    data = scene_batch(seed, n)
+    data = scene_batch(seed, n, **OWN_SCENES)
     det, pts = [], []
     for scene, query in data:
         if time.monotonic() - t0 > budget_s:
@@ -988,9 +994,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, help="data worker processes (default: min(14, cores - 2) on cuda, 0 on cpu)")
     p.add_argument("--init", help="start from this checkpoint directory instead of random weights")
     p.add_argument("--fixed-batch", action="store_true", help="train on batch 0 every step (overfitting check)")
+    p.add_argument("--coord-sigma", dest="coord_sigma", type=float, nargs=2, metavar=("FROM", "TO"),
+                   help=f"coordinate label smoothing σ in bins, first → settled; default {RECIPE['coord_sigma']} "
+                        "(fine-tuning an --init model: small values keep its sharp heads)")
+    p.add_argument("--size-sigma", dest="size_sigma", type=float, nargs=2, metavar=("FROM", "TO"),
+                   help=f"size label smoothing σ in bins; default {RECIPE['size_sigma']}")
     a = p.parse_args(argv)
     overrides = {k: getattr(a, k) for k in ("steps", "batch", "queries", "reuse", "lr", "warmup", "seed", "minutes",
-                                            "save_every", "log_every", "heldout")}
+                                            "save_every", "log_every", "heldout", "coord_sigma", "size_sigma")}
     if overrides["minutes"] == 0:
         overrides["minutes"] = None
     train(a.out, preset=a.preset, device=a.device, workers=a.workers, init=a.init, fixed_batch=a.fixed_batch, **overrides)
