@@ -57,8 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         picture = load_image(args.image)
         engine = Engine.from_pretrained(args.weights, tokenizer=args.tokenizer, device=args.device, dtype=args.dtype,
                                         progress=sys.stderr.isatty(), max_batch=1, pipelined=not args.blocking)
+        handle = engine.submit(picture, args.command, obj, max_objects=max_objects)  # a refused prompt: one line
         print(f"model: {engine.model_info.describe()}", file=sys.stderr, flush=True)
-        result = engine.submit(picture, args.command, obj, max_objects=max_objects).result()
+        result = handle.result()
     except (ImageError, RequestError, CheckpointError, DeviceError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
