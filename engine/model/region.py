@@ -54,6 +54,43 @@ class RegionModel(nn.Module):
         """Greedy (w, h) on the log scale 2^-10 … 1, shape [..., 2]."""
         return size_from_bin(self.size_logits(hidden).argmax(-1), self.cfg.size_bins)
 
+    def decode_coord_p(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`decode_coord` and the probability that the coordinate lies within `BIN_WINDOW` of
+        it (the bins' softmax mass within ±BIN_WINDOW of the argmax), each [..., 1]."""
+        logits = self.coord_logits(hidden)
+        bins = logits.argmax(-1, keepdim=True)
+        return coord_from_bin(bins, self.cfg.coord_bins), window_probability(logits, bins, self.cfg.coord_bins)
+
+    def decode_size_p(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`decode_size` and the probabilities that width and height lie within `BIN_WINDOW`
+        of it, each [..., 2]."""
+        logits = self.size_logits(hidden)  # [..., 2, bins]
+        bins = logits.argmax(-1, keepdim=True)  # [..., 2, 1]
+        return size_from_bin(bins[..., 0], self.cfg.size_bins), window_probability(logits, bins, self.cfg.size_bins)[..., 0]
+
+
+BIN_WINDOW = 0.01  # a value "agrees" with the greedy one within ±1% of the bin range (coordinates: of the image)
+
+
+def chosen_probability(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """softmax(logits)[index] along the last dim, in float32: exp(l[index] - logsumexp(l)).
+
+    The choice itself is made by argmax on the logits, so this never changes what is decoded;
+    -inf logits (masked tokens) carry no mass. [..., N] logits, [..., k] index → [..., k].
+    """
+    logits = logits.float()
+    return (logits.gather(-1, index) - logits.logsumexp(-1, keepdim=True)).exp()
+
+
+def window_probability(logits: torch.Tensor, index: torch.Tensor, n_bins: int) -> torch.Tensor:
+    """softmax(logits) summed over the bins within ±BIN_WINDOW·n_bins of `index`, in float32.
+    [..., N] logits, [..., 1] index → [..., 1]."""
+    logits = logits.float()
+    reach = max(1, round(BIN_WINDOW * n_bins))
+    near = (torch.arange(n_bins, device=logits.device) - index).abs() <= reach  # [..., N]
+    inside = logits.masked_fill(~near, float("-inf")).logsumexp(-1, keepdim=True)
+    return (inside - logits.logsumexp(-1, keepdim=True)).exp()
+
 
 def coord_from_bin(bins: torch.Tensor, n_bins: int) -> torch.Tensor:
     return bins.float() / n_bins
