@@ -22,3 +22,13 @@ def open_engine(weights: str | Path | None, *, device: str = "cpu", dtype: str =
         hint = "" if weights is not None else " (the embedded model is not installed; pass --weights DIR)"
         raise CheckpointError(f"checkpoint directory {str(directory)!r} does not exist{hint}")
     return Engine.from_pretrained(directory, device=device, dtype=dtype, max_batch=max_batch, max_objects=max_objects)
+
+
+def follow_umask(fd: int) -> None:
+    """Give a file made by `tempfile.mkstemp` (always 0600) the mode a plain `open` would: 0666
+    less the process umask, so every output file of a run gets the same permissions."""
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)
