@@ -159,6 +159,26 @@ def _min_score(value) -> float:
     return number
 
 
+def status_line(task: str, text: str, n: int, ms: float, width: int, height: int, among: str = "") -> str:
+    noun = ("object" if task == "detect" else "point") + ("" if n == 1 else "s")
+    return f"{task} {text!r}: {n} {noun}{among} in {ms:.0f} ms ({width}\u00d7{height} px)"
+
+
+def filtered(image_path, payload: dict | None, min_score):
+    """(annotated image, JSON, status) of a kept result showing only objects scoring >= min_score;
+    unchanged outputs (gr.skip) when there is no result."""
+    if not payload or not image_path or isinstance(image_path, Refused):
+        return gr.skip(), gr.skip(), gr.skip()
+    floor = _min_score(min_score)
+    key = "objects" if payload["task"] == "detect" else "points"
+    kept = [o for o in payload[key] if o["score"] >= floor]
+    picture = load_image(image_path)
+    among = f" with score >= {floor:g} (of {len(payload[key])})" if floor > 0 else ""
+    status = status_line(payload["task"], payload["object"], len(kept), payload["ms"], payload["width"],
+                         payload["height"], among)
+    return draw_result(picture, {key: kept}, payload["object"]), {**payload, key: kept}, status
+
+
 def _max_objects(value, limit: int) -> int:
     if value is None or value == "":
         return min(DEFAULT_MAX_OBJECTS, limit)
@@ -206,9 +226,9 @@ def make_handler(engine: Engine, task: str, *, max_objects_limit: int = MAX_OBJE
     unexpected one is also logged with its traceback.
     """
 
-    def handler(image_path, obj, max_objects, min_score=0.0, request: gr.Request = None):
+    def handler(image_path, obj, max_objects, request: gr.Request = None):
         try:
-            return serve(image_path, obj, max_objects, min_score, request)
+            return serve(image_path, obj, max_objects, request)
         except gr.Error as e:
             failures.note(request, task, e)
             raise
@@ -219,7 +239,7 @@ def make_handler(engine: Engine, task: str, *, max_objects_limit: int = MAX_OBJE
             failures.note(request, task, error)
             raise error from None
 
-    def serve(image_path, obj, max_objects, min_score, request):
+    def serve(image_path, obj, max_objects, request):
         for value in (image_path, max_objects):
             if isinstance(value, Refused):
                 raise _user_error(value.message)
@@ -228,7 +248,6 @@ def make_handler(engine: Engine, task: str, *, max_objects_limit: int = MAX_OBJE
         if not isinstance(obj, str) or not obj.strip():
             raise _user_error("Type the object to look for, e.g. 'red circle'.")
         limit = _max_objects(max_objects, max_objects_limit)
-        floor = _min_score(min_score)
         try:
             text, limit = validate_request(task, obj, limit)  # the cleaned text is what is searched and shown
         except RequestError as e:
@@ -256,10 +275,9 @@ def make_handler(engine: Engine, task: str, *, max_objects_limit: int = MAX_OBJE
             raise _user_error(f"The engine failed on this request: {' '.join(str(e).split())}") from None
         ms = (time.perf_counter() - start) * 1000.0
         key = "objects" if task == "detect" else "points"
-        found = [o for o in result.get(key, []) if o["score"] >= floor]
-        annotated = draw_result(picture, {key: found}, text)
-        noun = ("object" if task == "detect" else "point") + ("" if len(found) == 1 else "s")
-        status = f"{task} {text!r}: {len(found)} {noun} in {ms:.0f} ms ({picture.width}\u00d7{picture.height} px)"
+        found = result.get(key, [])
+        annotated = draw_result(picture, result, text)
+        status = status_line(task, text, len(found), ms, picture.width, picture.height)
         payload = {"task": task, "object": text, "width": picture.width, "height": picture.height,
                    key: found, "ms": round(ms, 1)}
         return annotated, payload, status
@@ -327,18 +345,29 @@ def build_demo(engine: Engine, *, samples: str | Path | None = DEFAULT_SAMPLES, 
                 status = gr.Textbox(label="Status", interactive=False, elem_id="status")
                 result = gr.JSON(label="JSON result", elem_id="result-json")
         outputs = [annotated, result, status]
-        inputs = [image, obj, max_objects, min_score]
+        inputs = [image, obj, max_objects]
         # One concurrency group for every event: up to `concurrency` requests at once, all batched
         # by the shared engine. Stable API names "detect" and "point"; Enter in the object box
         # runs Detect through a private (non-API) event.
         run = dict(inputs=inputs, outputs=outputs, concurrency_limit=concurrency, concurrency_id="engine")
         # A failed request shows its message in Status and clears the previous result.
         shown = dict(outputs=outputs, api_visibility="private", queue=False, show_progress="hidden")
+        # Min score filters what the page shows (the API returns every object with its score):
+        # after each result, and again when the slider moves, from the full result kept per session.
+        full = gr.State(None)
+        refilter = dict(inputs=[image, full, min_score], outputs=[annotated, result, status],
+                        api_visibility="private", show_progress="hidden")
         for btn, task in ((detect_btn, "detect"), (point_btn, "point")):
-            btn.click(make_handler(engine, task, max_objects_limit=limit, timeout=timeout), api_name=task,
-                      **run).failure(failures.show, **shown)
-        obj.submit(make_handler(engine, "detect", max_objects_limit=limit, timeout=timeout), api_name="detect_enter",
-                   api_visibility="private", **run).failure(failures.show, **shown)
+            event = btn.click(make_handler(engine, task, max_objects_limit=limit, timeout=timeout), api_name=task, **run)
+            event.failure(failures.show, **shown).then(lambda: None, outputs=[full], api_visibility="private")
+            event.success(lambda payload: payload, inputs=[result], outputs=[full], api_visibility="private",
+                          queue=False).then(filtered, **refilter)
+        event = obj.submit(make_handler(engine, "detect", max_objects_limit=limit, timeout=timeout),
+                           api_name="detect_enter", api_visibility="private", **run)
+        event.failure(failures.show, **shown).then(lambda: None, outputs=[full], api_visibility="private")
+        event.success(lambda payload: payload, inputs=[result], outputs=[full], api_visibility="private",
+                      queue=False).then(filtered, **refilter)
+        min_score.release(filtered, **refilter)
         # Samples: a plain value update (gr.Examples sends a property update, which makes Gradio
         # rebuild the image component per session without the friendly upload errors).
         if examples:

@@ -92,7 +92,7 @@ def test_api_has_stable_names(client):
     endpoints = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
     for name in ("/detect", "/point"):
         assert name in endpoints
-        assert len(endpoints[name]["parameters"]) == 4  # the last (min_score) is optional
+        assert len(endpoints[name]["parameters"]) == 3
         assert len(endpoints[name]["returns"]) == 3
 
 
