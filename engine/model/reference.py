@@ -13,7 +13,7 @@ import torch
 from engine.kernels import KernelChoice
 from engine.model.image import OverlapCrops
 from engine.model.moondream import MoondreamModel
-from engine.model.region import chosen_probability
+from engine.model.region import more_probability
 from engine.model.text import KVCache
 from engine.serving.limits import kv_positions
 from engine.serving.skills import ObjectBuilder
@@ -47,7 +47,7 @@ def reference_generate(model: MoondreamModel, crops: OverlapCrops, prompt: list[
         logits = text.logits(hidden)[0]
         if not logits[tok.coord_id] > logits[tok.eos_id]:
             break
-        p_more = chosen_probability(logits[[tok.coord_id, tok.eos_id]], torch.zeros(1, dtype=torch.long, device=model.device))
+        p_more = more_probability(logits, tok.coord_id, tok.eos_id)
         x, px = region.decode_coord_p(hidden)
         builder.add_coord(float(x), float(p_more), float(px))
         hidden = step(region.encode_coord(x))

@@ -127,7 +127,7 @@ class Scheduler:
                 self.release(seq)
 
     def _consume(self, seq: Sequence, token: int, coord: float, size: np.ndarray, probs: np.ndarray) -> None:
-        """probs: [4] p(token), p(coord bin), p(width bin), p(height bin) (StepResults.probs)."""
+        """probs: [4] p(coord vs EOS), p(coordinate), p(width), p(height) (StepResults.probs)."""
         if token == self.eos_id:
             if seq.automaton.accepts_eos(seq.state):
                 self.finish(seq)

@@ -85,7 +85,8 @@ def clamp01(v: float) -> float:
 def object_score(p_start: float, p_bins: list[float]) -> float:
     """An object's confidence from the model's own probabilities, rounded to 4 decimals:
     p(another object) at the coord-vs-EOS decision that started it, times the geometric mean
-    of its coordinate (and size) bins' probabilities. Deterministic; in [0, 1]."""
+    of its coordinate (and size) probabilities (each the bins' mass within ±1 % of the decoded
+    value; engine/model/region.py). Deterministic; in [0, 1]."""
     spread = 1.0
     for p in p_bins:
         spread *= p
@@ -104,8 +105,8 @@ class ObjectBuilder:
     _p_bins: list[float] = field(default_factory=list)
 
     def add_coord(self, value: float, p_token: float = 1.0, p_bin: float = 1.0) -> dict | None:
-        """`p_token`: the coord token's probability under the grammar mask (used for the first
-        coordinate of an object: the decision to emit one); `p_bin`: the value's bin probability."""
+        """`p_token`: p(coord) at the coord-vs-EOS decision (used for the first coordinate of an
+        object: the decision to emit one); `p_bin`: the probability of the value's bins."""
         if not self._pending:
             self._p_start, self._p_bins = p_token, []
         self._pending.append(value)

@@ -24,7 +24,7 @@ import torch
 from engine.kernels import KernelChoice
 from engine.model.image import OverlapCrops
 from engine.model.moondream import MoondreamModel
-from engine.model.region import chosen_probability
+from engine.model.region import more_probability
 from engine.worker.slots import DecodeSlot, StepResults
 from engine.worker.streams import Streams
 from engine.model.text import KVCache
@@ -243,9 +243,10 @@ class ModelRunner:
         logits = self.logits[:batch].masked_fill(~self.allowed[states], float("-inf"))
         token = logits.argmax(-1)
         hidden = self.hidden[:batch]
-        coord, p_coord = model.region.decode_coord_p(hidden)  # [B, 1] each
-        size, p_size = model.region.decode_size_p(hidden)  # [B, 2] each
-        slot.probs_dev[:batch] = torch.cat([chosen_probability(logits, token[:, None]), p_coord, p_size], -1)
+        coord, size, p_region = model.region.decode_region_p(hidden)  # [B, 1], [B, 2], [B, 3]
+        tok = self.cfg.tokens
+        slot.probs_dev[:batch] = torch.cat([more_probability(self.logits[:batch], tok.coord_id, tok.eos_id)[:, None],
+                                            p_region], -1)
         self.pending_token[:batch] = torch.where(act, token, self.pending_token[:batch])
         self.pending_coord[:batch] = torch.where(act[:, None], coord, self.pending_coord[:batch])
         self.pending_size[:batch] = torch.where(act[:, None], size, self.pending_size[:batch])

@@ -27,7 +27,7 @@ class StepResults:
     tokens: np.ndarray  # [B] int64
     coords: np.ndarray  # [B] float32
     sizes: np.ndarray  # [B, 2] float32
-    probs: np.ndarray  # [B, 4] float32: p(sampled token | grammar mask), p(coord bin), p(width bin), p(height bin)
+    probs: np.ndarray  # [B, 4] float32: p(coord vs EOS), p(coordinate), p(width), p(height) (within ±1 % of the value)
 
 
 class DecodeSlot:
