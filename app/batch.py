@@ -65,7 +65,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from app.common import DTYPES
-from app.job import (FORMATS, RESULTS_NAME, collect_inputs, merge_results, record_timing, object_field, write_exports, LOADERS, UsageError, default_out, find_images, Journal, Job, new_record, request_error, draw_into, redraw, install_sigint, drain_on_sigint, check_prompt_length, plan, commit, report)
+from app.job import (FORMATS, RESULTS_NAME, collect_inputs, merge_results, record_timing, object_field, write_exports, LOADERS, UsageError, default_out, Journal, Job, new_record, request_error, draw_into, redraw, install_sigint, drain_on_sigint, check_prompt_length, plan, commit, report)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -16,7 +16,7 @@ from pycocotools.coco import COCO
 import app.batch as batch
 from app.batch import main
 from app.yolo import read_labels
-from tests.test_batch import OBJECT, make_folder, picture, read_jsonl, weights  # noqa: F401 - fixture
+from tests.test_batch import OBJECT, make_folder, read_jsonl, weights  # noqa: F401 - fixture
 
 CLASSES = (OBJECT, "blue square")
 
