@@ -1,11 +1,13 @@
 """`python -m app`: the point/detect web UI on one shared, batching engine.
 
-    python -m app [--port 7860] [--host 127.0.0.1] [--auth USER:PASSWORD] [--weights DIR] [--device cpu]
-                  [--dtype fp32] [--max-upload-mb 25] [--timeout 300]
+    python -m app [--port 7860] [--host 127.0.0.1] [--auth USER:PASSWORD] [--weights DIR|ID]
+                  [--tokenizer PATH|ID] [--device auto] [--dtype auto] [--max-upload-mb 25] [--timeout 300]
 
 By default it serves the embedded model (assets/model) on 127.0.0.1 only; `--host 0.0.0.0`
 exposes it to the network (a warning is printed; add `--auth` to require a password).
-`--weights DIR` loads another checkpoint directory, for example an official Moondream 2 one.
+`--weights` loads another checkpoint directory or a Hub id, e.g. `vikhyatk/moondream2` (downloaded
+once into the Hugging Face cache, with a progress bar; `--device auto` picks CUDA + bf16 when present).
+The console shows loading progress and a model line; the UI header names the same.
 Uploads larger than `--max-upload-mb` are refused by Gradio; a request not done within
 `--timeout` seconds is stopped with a clear error. Gradio serves no files beyond its own
 upload/cache folders (no `allowed_paths`).
@@ -17,8 +19,8 @@ import argparse
 import os
 import sys
 
-from app.common import DTYPES
 from engine import MAX_OBJECTS_LIMIT, UI_MAX_OBJECTS
+from engine.model.pretrained import add_model_arguments
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -27,9 +29,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--auth", default=None, metavar="USER:PASSWORD",
                    help="require this user name and password (Gradio login); also read from $APP_AUTH")
-    p.add_argument("--weights", default=None, metavar="DIR", help="checkpoint directory (default: the embedded model)")
-    p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
-    p.add_argument("--dtype", default="fp32", choices=DTYPES, help="weights/compute dtype (default fp32)")
+    add_model_arguments(p)
     p.add_argument("--max-batch", type=int, default=16, help="most requests decoded together (default 16)")
     p.add_argument("--concurrency", type=int, default=32,
                    help="most requests the UI runs at once, all batched by the engine (default 32)")
@@ -64,15 +64,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from app.common import open_engine
-    from engine import CheckpointError
+    from app.common import LOAD_ERRORS, open_engine, startup_line
 
     try:
-        engine = open_engine(args.weights, device=args.device, dtype=args.dtype, max_batch=args.max_batch,
-                             max_objects=args.max_objects_limit)
-    except (CheckpointError, OSError) as e:
+        engine = open_engine(args.weights, tokenizer=args.tokenizer, device=args.device, dtype=args.dtype,
+                             max_batch=args.max_batch, max_objects=args.max_objects_limit, progress=sys.stderr.isatty())
+    except LOAD_ERRORS as e:
         print(f"error: cannot load the model: {e}", file=sys.stderr)
         return 2
+    print(startup_line(engine), file=sys.stderr, flush=True)
     from app.ui import DEFAULT_SAMPLES, LOCAL_HOSTS, build_demo, launch
 
     if args.host not in LOCAL_HOSTS:

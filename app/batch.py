@@ -2,8 +2,8 @@
 
     python -m app.batch INPUT [INPUT ...] --task detect|point --object TEXT [--object TEXT ...]
                         [--objects-file FILE] [--format coco[,yolo]] [--min-score S]
-                        [--out OUT] [--max-objects N] [--recursive] [--draw] [--weights DIR]
-                        [--device cpu] [--dtype fp32] [--window 64] [--limit N] [--retry-errors]
+                        [--out OUT] [--max-objects N] [--recursive] [--draw] [--weights DIR|ID]
+                        [--tokenizer PATH|ID] [--device auto] [--dtype auto] [--window 64] [--limit N] [--retry-errors]
                         [--quiet] [--ray [--address ADDR] [--replicas N] [--gpus-per-replica G]]
 
 An INPUT is a folder, an image file, or a text file (.txt/.lst) listing image paths, one a
@@ -64,12 +64,12 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from app.common import DTYPES
 from app.job import (FORMATS, RESULTS_NAME, collect_inputs, merge_results, record_timing, object_field, write_exports, LOADERS, UsageError, default_out, Journal, Job, new_record, request_error, draw_into, redraw, install_sigint, drain_on_sigint, check_prompt_length, plan, commit, report)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from engine import DEFAULT_MAX_OBJECTS
+    from engine.model.pretrained import add_model_arguments
 
     p = argparse.ArgumentParser(prog="python -m app.batch",
                                 description="Point/detect objects in every image of folders, files or lists "
@@ -93,9 +93,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"most objects per image (default {DEFAULT_MAX_OBJECTS})")
     p.add_argument("--recursive", action="store_true", help="include sub-folders")
     p.add_argument("--draw", action="store_true", help="also write annotated images under OUT/annotated/")
-    p.add_argument("--weights", default=None, metavar="DIR", help="checkpoint directory (default: the embedded model)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="fp32", choices=DTYPES)
+    add_model_arguments(p)
     p.add_argument("--max-batch", type=int, default=16, metavar="N", help="most requests decoded together (default 16)")
     p.add_argument("--window", type=int, default=64, metavar="N",
                    help="most images in flight (default 64; with --ray: images per replica call)")
@@ -108,7 +106,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="Ray cluster to join: 'auto', 'ray://host:10001', 'host:6379' (default: start a local one)")
     r.add_argument("--replicas", type=int, default=1, metavar="N", help="engine replicas (default 1)")
     r.add_argument("--gpus-per-replica", type=float, default=None, metavar="G",
-                   help="GPUs reserved per replica (default: 1 with --device cuda, else 0)")
+                   help="GPUs reserved per replica (default: 1 on CUDA, i.e. --device cuda, or auto on a "
+                        "machine with a GPU; else 0)")
     args = p.parse_args(argv)
     formats = tuple(f.strip().lower() for f in args.formats.split(",") if f.strip())
     unknown = sorted(set(formats) - set(FORMATS))
@@ -164,7 +163,7 @@ def start_one(engine, job: Job, rel: str) -> Submitted | dict | None:
     """Load one image and submit one request per class. Returns the requests in flight, the
     image's error record, or None when stopped before submitting."""
     from engine import EngineBusy
-    from engine.model.image import ImageError, load_image
+    from engine import ImageError, load_image
 
     base = new_record(job, rel)
     try:
@@ -241,7 +240,7 @@ def read_classes(args) -> tuple[str, ...]:
     for text in texts:
         try:
             obj, _ = validate_request(args.task, text, args.max_objects)
-            check_prompt_length(args.weights, args.task, obj)
+            check_prompt_length(args.weights, args.tokenizer, args.task, obj)
         except ValueError as e:
             raise UsageError(str(e)) from None
         if obj in classes:
@@ -251,7 +250,7 @@ def read_classes(args) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.serving.skills import validate_request
+    from engine import validate_request
 
     if args.ray:
         from app.batch_ray import require_ray
@@ -300,18 +299,19 @@ def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict]
          classes: tuple[str, ...], max_objects: int) -> int:
     from tqdm import tqdm
 
-    from app.common import open_engine
-    from engine.model.checkpoint import CheckpointError
+    from app.common import LOAD_ERRORS, open_engine, startup_line
 
     todo, skipped, job, redraws = plan(args, root, out, records, images, classes, max_objects)
 
     engine = None
     if todo:
         try:
-            engine = open_engine(args.weights, device=args.device, dtype=args.dtype, max_batch=args.max_batch,
-                                 max_objects=max_objects)
-        except (CheckpointError, OSError) as e:
+            engine = open_engine(args.weights, tokenizer=args.tokenizer, device=args.device, dtype=args.dtype,
+                                 max_batch=args.max_batch, max_objects=max_objects,
+                                 progress=not args.quiet and sys.stderr.isatty())
+        except LOAD_ERRORS as e:
             raise UsageError(f"cannot load the model: {e}") from None
+        print(startup_line(engine), file=sys.stderr, flush=True)
         engine.start()
 
     new_ok = new_failed = 0

@@ -68,7 +68,7 @@ def decode_batch(batch):
     import numpy as np
     import pyarrow as pa
 
-    from engine.model.image import ImageError, load_image
+    from engine import ImageError, load_image
 
     out = {"idx": [], "width": [], "height": [], "pixels": [], "error": [], "ms": []}
     for idx, file in zip(batch.column("idx").to_pylist(), batch.column("file").to_pylist()):
@@ -100,12 +100,12 @@ class EngineReplica:
     """One engine per actor; each call submits its whole batch, then collects every result.
     Two calls may run at once (threads of the actor): the engine is thread-safe and batches them."""
 
-    def __init__(self, *, weights: str | None, device: str, dtype: str, max_batch: int, max_objects: int, task: str,
-                 classes: tuple[str, ...]) -> None:
+    def __init__(self, *, weights: str | None, tokenizer: str | None, device: str, dtype: str, max_batch: int,
+                 max_objects: int, task: str, classes: tuple[str, ...]) -> None:
         from app.common import open_engine
 
         self.task, self.classes, self.max_objects = task, tuple(classes), max_objects
-        self.engine = open_engine(weights, device=device, dtype=dtype, max_batch=max_batch,
+        self.engine = open_engine(weights, tokenizer=tokenizer, device=device, dtype=dtype, max_batch=max_batch,
                                   max_objects=max_objects).start()
 
     def __call__(self, batch):
@@ -113,7 +113,7 @@ class EngineReplica:
         import pyarrow as pa
 
         from engine import EngineBusy
-        from engine.model.image import ImageError
+        from engine import ImageError
 
         from app.job import merge_results, record_timing
 
@@ -208,35 +208,51 @@ def _check_weights(args) -> None:
     """Fail like the single-process path (exit 2) on an unusable checkpoint, before Ray starts.
 
     Only headers are read (config, tokenizer, safetensors header against the model's tensors), not
-    the weights. With --address, a directory that does not exist here may exist on the cluster's
-    nodes: it is then left to the replicas.
+    the weights; a Hub id is downloaded here once, into the cache the local replicas read. With
+    --address, a directory that does not exist here may exist on the cluster's nodes: it is then
+    left to the replicas.
     """
-    from engine.model.checkpoint import WEIGHTS_FILE, CheckpointError, check_tensors, load_config, read_header
-    from engine.serving.engine import DEFAULT_WEIGHTS
-    from engine.model.tokenizer import load_tokenizer
+    import dataclasses
 
-    directory = Path(args.weights) if args.weights is not None else DEFAULT_WEIGHTS
-    if args.address is not None and not directory.exists():
+    from app.common import LOAD_ERRORS, weights_or_default
+    from engine.model.pretrained import check_pretrained
+
+    if args.address is not None and args.weights is not None and _local(args.weights) is None \
+            and not _is_hub_id(args.weights):
         return
     try:
-        if not directory.is_dir():
-            hint = "" if args.weights is not None else " (the embedded model is not installed; pass --weights DIR)"
-            raise CheckpointError(f"checkpoint directory {str(directory)!r} does not exist{hint}")
-        if not (directory / WEIGHTS_FILE).is_file():
-            raise CheckpointError(f"{directory}: no {WEIGHTS_FILE}")
-        check_tensors(read_header(directory / WEIGHTS_FILE), load_config(directory))
-        try:
-            load_tokenizer(directory / "tokenizer.json")
-        except ValueError as e:
-            raise CheckpointError(str(e)) from None
-    except (CheckpointError, OSError) as e:
+        info = check_pretrained(weights_or_default(args.weights), tokenizer=args.tokenizer)
+    except LOAD_ERRORS as e:
         raise UsageError(f"cannot load the model: {e}") from None
+    info = dataclasses.replace(info, device=_device(args), dtype=args.dtype)
+    print(f"model: {info.describe()} (each of {args.replicas} replica{'s' if args.replicas > 1 else ''})",
+          file=sys.stderr, flush=True)
+
+
+def _is_hub_id(spec: str) -> bool:
+    from engine.model.hub import parse_source
+
+    return parse_source(spec).repo_id is not None
+
+
+def _local(spec: str | None) -> str | None:
+    """An existing local path as an absolute one (what the replicas are given), else None."""
+    return os.path.abspath(spec) if spec is not None and os.path.exists(spec) else None
+
+
+def _device(args) -> str:
+    """--device with `auto` resolved as this machine sees it (cuda when it has a GPU)."""
+    if args.device != "auto":
+        return args.device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _gpus(args) -> float:
     if args.gpus_per_replica is not None:
         return args.gpus_per_replica
-    return 1.0 if args.device.startswith("cuda") else 0.0
+    return 1.0 if _device(args).startswith("cuda") else 0.0
 
 
 def _check_resources(ray, args) -> None:
@@ -264,7 +280,7 @@ def _build(ray, args, root: Path, todo: list[str], classes: tuple[str, ...], max
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # "progress bars disabled"
 
     gpus = _gpus(args)
-    device = args.device
+    device = _device(args)
     if gpus > 0 and device.startswith("cuda"):
         device = "cuda"  # Ray sets CUDA_VISIBLE_DEVICES to the replica's GPU(s)
     items = [{"idx": i, "file": os.fsencode(_worker_path(root, rel))} for i, rel in enumerate(todo)]
@@ -278,7 +294,8 @@ def _build(ray, args, root: Path, todo: list[str], classes: tuple[str, ...], max
                         num_cpus=1)
     return ds.map_batches(
         EngineReplica,
-        fn_constructor_kwargs=dict(weights=None if args.weights is None else os.path.abspath(args.weights),
+        fn_constructor_kwargs=dict(weights=_local(args.weights) or args.weights,
+                                   tokenizer=_local(args.tokenizer) or args.tokenizer,
                                    device=device, dtype=args.dtype, max_batch=args.max_batch,
                                    max_objects=max_objects, task=args.task, classes=classes),
         batch_size=per_call, batch_format="pyarrow",
@@ -312,7 +329,7 @@ def _record(job: Job, rel: str, shown_file: str, row: dict) -> dict:
 
 
 def _draw(job: Job, rec: dict) -> dict:
-    from engine.model.image import ImageError, load_image
+    from engine import ImageError, load_image
 
     try:
         picture = load_image(job.root / rec["path"])
@@ -331,7 +348,7 @@ def run_ray(args, root: Path, out: Path, journal, records: dict[str, dict], imag
     annotated = job.annotated
     ray = owned = None
     if todo:
-        if args.device.startswith("cuda") and _gpus(args) == 0:
+        if _device(args).startswith("cuda") and _gpus(args) == 0:
             raise UsageError("--device cuda needs --gpus-per-replica above 0 (Ray places replicas by the GPUs "
                              "they reserve)")
         _check_weights(args)

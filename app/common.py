@@ -4,24 +4,41 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine import DEFAULT_WEIGHTS, MAX_OBJECTS_LIMIT, CheckpointError, Engine
+from engine import DEFAULT_WEIGHTS, MAX_OBJECTS_LIMIT, CheckpointError, DeviceError, Engine
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
-DTYPES = ("fp32", "bf16", "fp16")
+#: What opening an engine raises for a bad checkpoint, tokenizer, Hub id or device (one-line messages).
+LOAD_ERRORS = (CheckpointError, DeviceError, OSError)
 
 
-def open_engine(weights: str | Path | None, *, device: str = "cpu", dtype: str = "fp32", max_batch: int = 16,
-                max_objects: int = MAX_OBJECTS_LIMIT) -> Engine:
-    """Load a checkpoint (None: the embedded model) sized for requests of up to `max_objects` objects.
+def open_engine(weights: str | Path | None, *, tokenizer: str | None = None, device: str = "auto",
+                dtype: str = "auto", max_batch: int = 16, max_objects: int = MAX_OBJECTS_LIMIT,
+                progress: bool = False, **config) -> Engine:
+    """Load a checkpoint directory or Hub id (None: the embedded model) sized for requests of up to
+    `max_objects` objects; `engine.model_info` says what runs. `config` overrides other
+    `EngineConfig` fields (e.g. max_queue).
 
-    Raises engine.CheckpointError (a ValueError) with a readable message when the
-    directory is missing or is not a checkpoint.
+    Raises one of LOAD_ERRORS with a readable message when the weights, the tokenizer or the
+    device cannot be used.
     """
-    directory = Path(weights) if weights is not None else DEFAULT_WEIGHTS
-    if not directory.is_dir():
-        hint = "" if weights is not None else " (the embedded model is not installed; pass --weights DIR)"
-        raise CheckpointError(f"checkpoint directory {str(directory)!r} does not exist{hint}")
-    return Engine.from_pretrained(directory, device=device, dtype=dtype, max_batch=max_batch, max_objects=max_objects)
+    return Engine.from_pretrained(weights_or_default(weights), tokenizer=tokenizer, device=device, dtype=dtype,
+                                  progress=progress, max_batch=max_batch, max_objects=max_objects, **config)
+
+
+def weights_or_default(weights: str | Path | None) -> str | Path:
+    """`weights`, or the embedded model's directory (CheckpointError when it is not installed)."""
+    if weights is not None:
+        return weights
+    if not DEFAULT_WEIGHTS.is_dir():
+        raise CheckpointError(f"checkpoint directory {str(DEFAULT_WEIGHTS)!r} does not exist (the embedded model is "
+                              "not installed; pass --weights DIR or a Hub id such as vikhyatk/moondream2)")
+    return DEFAULT_WEIGHTS
+
+
+def startup_line(engine: Engine) -> str:
+    """The line the CLI and the batch tool print on stderr: model, parameters, device, dtype."""
+    info = engine.model_info
+    return f"model: {info.describe()}" if info is not None else "model: (constructed directly)"
 
 
 def follow_umask(fd: int) -> None:

@@ -280,7 +280,7 @@ def draw_into(job: Job, rel: str, picture, record: dict) -> None:
 def redraw(job: Job, record: dict) -> None:
     """Draw an image recorded by an earlier run (no inference) when its annotated copy is missing."""
     from app.draw import draw_result
-    from engine.model.image import ImageError, load_image
+    from engine import ImageError, load_image
 
     try:
         picture = load_image(job.root / record["path"])
@@ -324,19 +324,21 @@ def _show(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def check_prompt_length(weights: str | None, task: str, obj: str) -> None:
-    """RequestError when `obj` encodes to more tokens than a prompt may hold (checked once, up front).
-    An unreadable checkpoint is left for the model loader to report."""
+def check_prompt_length(weights: str | None, tokenizer: str | None, task: str, obj: str) -> None:
+    """RequestError when `obj` encodes to more tokens than a prompt may hold (checked once, up front,
+    with a local tokenizer.json; a Hub id is not fetched here). An unusable one is left for the model
+    loader to report."""
     from engine.model.config import TokenConfig
-    from engine.serving.engine import DEFAULT_WEIGHTS
+    from engine import DEFAULT_WEIGHTS
     from engine.serving.skills import prompt_ids
     from engine.model.tokenizer import load_tokenizer
 
     try:
-        tokenizer = load_tokenizer(Path(weights if weights is not None else DEFAULT_WEIGHTS) / "tokenizer.json")
+        tok = load_tokenizer(tokenizer if tokenizer is not None
+                             else Path(weights if weights is not None else DEFAULT_WEIGHTS) / "tokenizer.json")
     except Exception:  # noqa: BLE001 - reported by open_engine with the right message
         return
-    prompt_ids(TokenConfig(), lambda s: tokenizer.encode(s).ids, task, obj)
+    prompt_ids(TokenConfig(), lambda s: tok.encode(s).ids, task, obj)
 
 
 def plan(args, root: Path, out: Path, records: dict[str, dict], images: list[str], classes: tuple[str, ...],

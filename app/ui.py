@@ -39,6 +39,7 @@ import gradio as gr  # noqa: E402
 from app.common import IMAGE_SUFFIXES  # noqa: E402
 from app.draw import draw_result  # noqa: E402
 from engine import DEFAULT_MAX_OBJECTS, MAX_OBJECTS_LIMIT, DeadlineExceeded, Engine, EngineBusy, ImageError, RequestError, load_image, validate_request  # noqa: E402
+from engine.model.vocabulary import Vocabulary  # noqa: E402
 
 __all__ = ["api_snippet", "build_demo", "launch", "sample_images", "friendly_upload_errors", "DEFAULT_SAMPLES", "IMAGE_SUFFIXES",
            "MAX_UPLOAD_BYTES", "REQUEST_TIMEOUT_S", "QUEUE_SIZE"]
@@ -179,6 +180,13 @@ def filtered(image_path, payload: dict | None, min_score):
     return draw_result(picture, {key: kept}, payload["object"]), {**payload, key: kept}, status
 
 
+def filtered_after_run(image_path, payload: dict | None, min_score):
+    """`filtered` after a request: nothing to change (gr.skip) when Min score is 0."""
+    if _min_score(min_score) == 0:
+        return gr.skip(), gr.skip(), gr.skip()
+    return filtered(image_path, payload, min_score)
+
+
 def _max_objects(value, limit: int) -> int:
     if value is None or value == "":
         return min(DEFAULT_MAX_OBJECTS, limit)
@@ -278,6 +286,11 @@ def make_handler(engine: Engine, task: str, *, max_objects_limit: int = MAX_OBJE
         found = result.get(key, [])
         annotated = draw_result(picture, result, text)
         status = status_line(task, text, len(found), ms, picture.width, picture.height)
+        vocabulary = engine.model_info.vocabulary if engine.model_info is not None else None
+        caution = vocabulary_warning(vocabulary, text) if vocabulary is not None else ""
+        if caution:
+            gr.Warning(caution)
+            status += f" \u2014 {caution}"
         payload = {"task": task, "object": text, "width": picture.width, "height": picture.height,
                    key: found, "ms": round(ms, 1)}
         return annotated, payload, status
@@ -304,6 +317,23 @@ def _page_url(request: gr.Request | None) -> str:
     return f"http://{host}/" if host else "http://127.0.0.1:7860/"
 
 
+def vocabulary_note(vocabulary: Vocabulary) -> str:
+    """What a narrow model recognises, for the UI (the embedded model: its shapes and colours)."""
+    groups = "; ".join(f"{name}: {', '.join(words)}" for name, words in vocabulary.groups.items())
+    return (f"**This demo model only recognises** {groups}. It is trained on synthetic scenes, not photos: "
+            "for real images run Moondream 2 (`python -m app --weights vikhyatk/moondream2`).")
+
+
+def vocabulary_warning(vocabulary: Vocabulary, text: str) -> str:
+    """A one-line warning naming the words of `text` this model does not know ("" when none)."""
+    unknown = vocabulary.unknown_words(text or "")
+    if not unknown:
+        return ""
+    words = ", ".join(repr(w) for w in unknown)
+    return (f"\u26a0\ufe0f {words} {'is' if len(unknown) == 1 else 'are'} outside this model's vocabulary; "
+            "it will likely find nothing or the wrong thing.")
+
+
 def build_demo(engine: Engine, *, samples: str | Path | None = DEFAULT_SAMPLES, concurrency: int = 32,
                max_objects_limit: int = MAX_OBJECTS_LIMIT, title: str = "Moondream point & detect",
                timeout: float = REQUEST_TIMEOUT_S, queue_size: int | None = QUEUE_SIZE) -> gr.Blocks:
@@ -317,15 +347,25 @@ def build_demo(engine: Engine, *, samples: str | Path | None = DEFAULT_SAMPLES, 
     if not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     limit = max(1, min(int(max_objects_limit), MAX_OBJECTS_LIMIT))
+    info = engine.model_info
+    vocabulary = info.vocabulary if info is not None else None
     with gr.Blocks(title=title) as demo:
         gr.Markdown(f"## {title}\nUpload an image or pick a sample, type what to look for, then **Detect** "
                     "(boxes) or **Point** (centres).")
+        if info is not None:
+            gr.Markdown(f"**Model:** `{info.describe()}`", elem_id="model-line")
+        if vocabulary is not None:
+            gr.Markdown(vocabulary_note(vocabulary), elem_id="vocabulary")
         with gr.Row():
             with gr.Column(scale=1):
                 image = friendly_upload_errors(gr.Image(
                     label="Image", type="filepath", image_mode=None, sources=["upload", "clipboard"], height=420,
                     elem_id="input-image"))
                 obj = gr.Textbox(label="Object", placeholder="e.g. red circle", max_lines=1, elem_id="object")
+                warning = gr.Markdown("", elem_id="query-warning")
+                if vocabulary is not None and vocabulary.examples:
+                    gr.Examples(examples=[[q] for q in vocabulary.examples], inputs=[obj], label="Example queries",
+                                elem_id="query-examples")
                 max_objects = friendly_number_errors(gr.Number(
                     label="Max objects", value=min(DEFAULT_MAX_OBJECTS, limit), precision=0, minimum=1, maximum=limit,
                     elem_id="max-objects"), limit)
@@ -361,12 +401,12 @@ def build_demo(engine: Engine, *, samples: str | Path | None = DEFAULT_SAMPLES, 
             event = btn.click(make_handler(engine, task, max_objects_limit=limit, timeout=timeout), api_name=task, **run)
             event.failure(failures.show, **shown).then(lambda: None, outputs=[full], api_visibility="private")
             event.success(lambda payload: payload, inputs=[result], outputs=[full], api_visibility="private",
-                          queue=False).then(filtered, **refilter)
+                          queue=False).then(filtered_after_run, **refilter)
         event = obj.submit(make_handler(engine, "detect", max_objects_limit=limit, timeout=timeout),
                            api_name="detect_enter", api_visibility="private", **run)
         event.failure(failures.show, **shown).then(lambda: None, outputs=[full], api_visibility="private")
         event.success(lambda payload: payload, inputs=[result], outputs=[full], api_visibility="private",
-                      queue=False).then(filtered, **refilter)
+                      queue=False).then(filtered_after_run, **refilter)
         min_score.release(filtered, **refilter)
         # Samples: a plain value update (gr.Examples sends a property update, which makes Gradio
         # rebuild the image component per session without the friendly upload errors).
@@ -380,6 +420,9 @@ def build_demo(engine: Engine, *, samples: str | Path | None = DEFAULT_SAMPLES, 
             return api_snippet(_page_url(request), examples)
 
         demo.load(page_snippet, inputs=None, outputs=[snippet], api_visibility="private", queue=False)
+        if vocabulary is not None:  # live, while typing: no engine work, no queue
+            obj.change(lambda text: vocabulary_warning(vocabulary, text), inputs=[obj], outputs=[warning],
+                       api_visibility="private", queue=False, show_progress="hidden")
     demo.queue(default_concurrency_limit=concurrency, max_size=queue_size)
     return demo
 

@@ -1,7 +1,7 @@
 """mdpipe's engine: the public API.
 
     from engine import Engine, EngineConfig
-    engine = Engine.from_pretrained(device="cuda", dtype="bf16", max_batch=32).start()
+    engine = Engine.from_pretrained("vikhyatk/moondream2", device="cuda", max_batch=32).start()
     engine.detect("photo.jpg", "car")     # {"objects": [{"x_min", "y_min", "x_max", "y_max"}, ...]}
 
 Names are resolved lazily (PEP 562), so `import engine.training.train` or `import
@@ -30,6 +30,8 @@ _EXPORTS = {
     "ImageError": "engine.model.image",
     "load_image": "engine.model.image",
     "CheckpointError": "engine.model.checkpoint",
+    "DeviceError": "engine.model.device",
+    "ModelInfo": "engine.model.pretrained",
     "SKILLS": "engine.serving.skills",
     "validate_request": "engine.serving.skills",
     "Point": "engine.serving.skills",
@@ -59,6 +61,8 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on first use
     from engine.model.checkpoint import CheckpointError  # noqa: F401
+    from engine.model.device import DeviceError  # noqa: F401
+    from engine.model.pretrained import ModelInfo  # noqa: F401
     from engine.model.image import ImageError, load_image  # noqa: F401
     from engine.serving.config import EngineConfig  # noqa: F401
     from engine.serving.engine import DEFAULT_WEIGHTS, Engine, RequestHandle  # noqa: F401

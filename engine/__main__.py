@@ -1,7 +1,11 @@
 """Command line: `python -m engine {detect,point,random-checkpoint} …`.
 
-    python -m engine detect IMAGE "OBJECT" [--weights DIR] [--max-objects N]
-    python -m engine point  IMAGE "OBJECT" [--weights DIR] [--max-objects N]
+    python -m engine detect IMAGE "OBJECT" [--weights DIR|ID] [--tokenizer PATH|ID] [--device auto] [--max-objects N]
+    python -m engine point  IMAGE "OBJECT" [--weights DIR|ID] [--tokenizer PATH|ID] [--device auto] [--max-objects N]
+
+`--weights vikhyatk/moondream2` downloads the official release (pinned revision) into the Hugging
+Face cache. The model line (path or Hub id, parameters, device, dtype) goes to stderr, the JSON
+result to stdout.
     python -m engine random-checkpoint OUT_DIR --preset moondream2|tiny [--seed S]
 """
 
@@ -13,10 +17,13 @@ import sys
 
 from engine.model.checkpoint import CheckpointError, random_state_dict, save_checkpoint
 from engine.model.config import PRESETS
-from engine.model.image import ImageError
+from engine.model.device import DeviceError
+from engine.model.image import ImageError, load_image
+from engine.model.pretrained import add_model_arguments
 from engine.serving.errors import RequestError
 from engine.serving.limits import DEFAULT_MAX_OBJECTS
-from engine.training.vocab import build_tokenizer
+from engine.serving.skills import validate_request
+from engine.training.vocab import stand_in_tokenizer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,10 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(skill, help=f"{skill} objects in an image and print JSON")
         p.add_argument("image")
         p.add_argument("object")
-        p.add_argument("--weights", default=None, help="checkpoint directory (default: the embedded model)")
+        add_model_arguments(p)
         p.add_argument("--max-objects", type=int, default=DEFAULT_MAX_OBJECTS)
-        p.add_argument("--device", default="cpu")
-        p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
         p.add_argument("--blocking", action="store_true", help="run the engine without pipelining")
     r = sub.add_parser("random-checkpoint", help="write a randomly initialised checkpoint directory")
     r.add_argument("out_dir")
@@ -39,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "random-checkpoint":
         config = PRESETS[args.preset]
-        tokenizer = build_tokenizer(vocab_size=min(512, config.text.vocab_size))
+        tokenizer = stand_in_tokenizer(config)
         save_checkpoint(args.out_dir, random_state_dict(config, seed=args.seed), config, tokenizer.to_str(),
                         preset=args.preset)
         print(f"wrote {args.preset} checkpoint to {args.out_dir}")
@@ -47,11 +52,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from engine.serving.engine import Engine  # imported late: random-checkpoint needs no engine
 
-    try:
-        engine = Engine.from_pretrained(args.weights, device=args.device, dtype=args.dtype, max_batch=1,
-                                        pipelined=not args.blocking)
-        result = engine.submit(args.image, args.command, args.object, max_objects=args.max_objects).result()
-    except (ImageError, RequestError, CheckpointError) as e:
+    try:  # the request and the image are checked before a (possibly large) model is fetched and loaded
+        obj, max_objects = validate_request(args.command, args.object, args.max_objects)
+        picture = load_image(args.image)
+        engine = Engine.from_pretrained(args.weights, tokenizer=args.tokenizer, device=args.device, dtype=args.dtype,
+                                        progress=sys.stderr.isatty(), max_batch=1, pipelined=not args.blocking)
+        print(f"model: {engine.model_info.describe()}", file=sys.stderr, flush=True)
+        result = engine.submit(picture, args.command, obj, max_objects=max_objects).result()
+    except (ImageError, RequestError, CheckpointError, DeviceError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # anything else is our fault, but still one line, not a traceback

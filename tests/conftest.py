@@ -6,9 +6,20 @@ Everything is generated here, deterministically (fixed seeds), once per session.
 from __future__ import annotations
 
 from contextlib import contextmanager
+import atexit
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+# No test may touch the network: the Hugging Face Hub is offline and its cache an empty folder of
+# this session (tests that need cached files write them, see hf_cache). Set before huggingface_hub
+# is imported (it reads these once); subprocesses inherit them.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HUB_CACHE"] = tempfile.mkdtemp(prefix="hf-cache-")
+atexit.register(shutil.rmtree, os.environ["HF_HUB_CACHE"], True)
 
 import numpy as np
 import pytest
@@ -112,3 +123,22 @@ def make_checkpoint(dest: Path, seed: int) -> Path:
     subprocess.run([sys.executable, "-m", "engine", "random-checkpoint", str(dest), "--preset", "tiny",
                     "--seed", str(seed)], check=True, cwd=Path(__file__).resolve().parent.parent, capture_output=True)
     return dest
+
+
+def hf_cache_snapshot(cache: Path, repo_id: str, revision: str, files: dict[str, bytes],
+                      commit: str = "0123456789abcdef0123456789abcdef01234567") -> Path:
+    """Write `files` into a Hugging Face cache in its standard layout, as a download of `repo_id` at
+    `revision` would: models--org--name/refs/<revision> holds the commit, snapshots/<commit>/ the files."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / revision).write_text(commit)
+    for name, data in files.items():
+        (snapshot / name).write_bytes(data)
+    return snapshot
+
+
+def checkpoint_files(directory: Path, names: tuple[str, ...] = ("model.safetensors", "config.json", "tokenizer.json")
+                     ) -> dict[str, bytes]:
+    return {name: (directory / name).read_bytes() for name in names}

@@ -244,7 +244,7 @@ def test_cli_defaults_and_errors(tmp_path):
     from app.__main__ import parse_args
 
     args = parse_args([])
-    assert (args.host, args.port, args.weights, args.device, args.dtype) == ("127.0.0.1", 7860, None, "cpu", "fp32")
+    assert (args.host, args.port, args.weights, args.device, args.dtype) == ("127.0.0.1", 7860, None, "auto", "auto")
     assert args.max_objects_limit == 100
     with pytest.raises(SystemExit):
         parse_args(["--max-objects-limit", "201"])

@@ -163,7 +163,7 @@ def test_ray_resumes_after_limit_and_kill(tmp_path, weights, ray_address, capsys
 
 def test_ray_stays_optional(tmp_path, weights, monkeypatch, capsys):
     pyproject = (ROOT / "pyproject.toml").read_text()  # (tomllib is 3.11+; the project supports 3.10)
-    assert '\nray = ["ray[data]>=2.40"]\n' in pyproject.split("[project.optional-dependencies]", 1)[1]
+    assert '\nray = ["ray[data,serve]>=2.40"]\n' in pyproject.split("[project.optional-dependencies]", 1)[1]
     assert "ray" not in pyproject.split("\ndependencies = [", 1)[1].split("]", 1)[0]
 
     src = tmp_path / "imgs"

@@ -27,8 +27,10 @@ from engine.model.image import (
     normalize_crops,
     overlap_crop_image,
     patchify,
+    RESIZER,
     pool_to_grid,
     reconstruct_from_crops,
+    resize_rgb,
     select_tiling,
     tiling_for_size,
 )
@@ -174,9 +176,8 @@ def test_tiles_are_windows_of_resized_image(cfg, size):
     th, tw = oc.tiling
     crop, win, mpx = cfg.crop_size, _window(cfg), _margin_px(cfg)
     pil = Image.fromarray(arr)
-    expected_global = np.asarray(pil.resize((crop, crop), Image.Resampling.LANCZOS))
-    np.testing.assert_array_equal(oc.crops[0], expected_global)
-    resized = np.asarray(pil.resize((tw * win + 2 * mpx, th * win + 2 * mpx), Image.Resampling.LANCZOS))
+    np.testing.assert_array_equal(oc.crops[0], resize_rgb(arr, crop, crop))
+    resized = resize_rgb(arr, th * win + 2 * mpx, tw * win + 2 * mpx)
     assert oc.crops.shape == (1 + th * tw, crop, crop, 3)
     for i in range(th):
         for j in range(tw):
@@ -186,6 +187,45 @@ def test_tiles_are_windows_of_resized_image(cfg, size):
     # PIL input (any mode) gives the same as the array
     oc2 = overlap_crop_image(pil, cfg)
     np.testing.assert_array_equal(oc2.crops, oc.crops)
+
+
+@pytest.mark.parametrize("size,target", [((480, 640), (644, 1176)), ((480, 640), (378, 378)), ((97, 131), (378, 378)),
+                                         ((1000, 250), (910, 378))])
+def test_pyvips_resize_is_the_reference_call(size, target):
+    """The reference implementation resizes with `Image.new_from_array(a).resize(sx, vscale=sy)`
+    (libvips' default kernel, Lanczos3) whenever pyvips is importable; ours is that call."""
+    import pyvips
+    arr = _noise(*size, seed=11)
+    want = pyvips.Image.new_from_array(arr).resize(target[1] / size[1], vscale=target[0] / size[0]).numpy()
+    got = resize_rgb(arr, *target, "pyvips")
+    assert got.shape == (*target, 3) and got.dtype == np.uint8
+    h, w = min(target[0], want.shape[0]), min(target[1], want.shape[1])
+    np.testing.assert_array_equal(got[:h, :w], want[:h, :w])
+    assert not got[h:].any() and not got[:, w:].any()  # a pixel libvips rounds away stays zero, as in the reference
+
+
+def test_serving_resizes_with_pyvips():
+    # pyvips is a dependency: the released weights were made with libvips crops.
+    assert RESIZER == "pyvips"
+
+
+@pytest.mark.parametrize("resizer", ["pyvips", "pillow"])
+def test_resize_facts(resizer):
+    flat = np.full((61, 83, 3), (12, 200, 77), dtype=np.uint8)
+    np.testing.assert_array_equal(resize_rgb(flat, 378, 378, resizer), np.broadcast_to(flat[:1, :1], (378, 378, 3)))
+    # A smooth ramp stays a ramp: each output column is close to the input value at its centre.
+    ramp = np.repeat(np.repeat(np.linspace(0, 255, 400)[None, :, None], 50, 0), 3, 2).round().astype(np.uint8)
+    out = resize_rgb(ramp, 50, 100, resizer).astype(float)
+    centres = (np.arange(100) + 0.5) * 4 - 0.5
+    assert np.abs(out[25, 5:95, 0] - np.interp(centres[5:95], np.arange(400), ramp[0, :, 0])).max() <= 2
+    with pytest.raises(ValueError, match="unknown resizer"):
+        resize_rgb(flat, 10, 10, "bicubic")
+
+
+def test_pillow_fallback_is_pillow_lanczos():
+    arr = _noise(90, 70, seed=4)
+    want = np.asarray(Image.fromarray(arr).resize((378, 378), Image.Resampling.LANCZOS))
+    np.testing.assert_array_equal(resize_rgb(arr, 378, 378, "pillow"), want)
 
 
 def test_tiles_cover_resized_image_exactly():

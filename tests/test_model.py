@@ -114,6 +114,21 @@ def test_batched_image_prefill_equals_per_sequence(tiny_model64):
 
 
 @torch.inference_mode()
+def test_unmasked_prefix_prefill_equals_the_masked_prefill(tiny_model64):
+    """`prefill_prefix` (no mask, the block's own keys) writes the same KV and hidden states as
+    the general masked `prefill` at start 0, for every row of a batch."""
+    text = tiny_model64.text
+    prefixes = torch.stack([randn(P, D, seed=70 + i) for i in range(3)])
+    kv_masked, kv_flash = fresh_kv(4, seed=3), fresh_kv(4, seed=3)
+    masked = text.prefill(prefixes, kv_masked, idx(3, 1, 2), idx(0, 0, 0))
+    flash = text.prefill_prefix(prefixes, kv_flash, idx(3, 1, 2))
+    assert close(flash, masked)
+    assert close(kv_flash.k, kv_masked.k) and close(kv_flash.v, kv_masked.v)
+    with pytest.raises(ValueError, match="image prefix has"):
+        text.prefill_prefix(torch.cat([prefixes, prefixes], 1), kv_flash, idx(3, 1, 2))
+
+
+@torch.inference_mode()
 def test_chunked_prefill_equals_one_shot_prefill(tiny_model64):
     text = tiny_model64.text
     e = sequences()[1]

@@ -217,3 +217,84 @@ def test_timing_splits_queue_wait_from_service(tokenizer, small_image):
     assert a["queue_ms"] == 0.0 and a["service_ms"] > 0
     assert b["queue_ms"] >= a["service_ms"]  # it waited for the one row the first request held
     assert b["service_ms"] > 0 and b["queue_ms"] + b["service_ms"] > a["service_ms"]
+
+
+def test_a_cached_image_is_never_cropped_and_crops_run_off_the_caller(tokenizer, monkeypatch):
+    import threading
+
+    from engine.serving import crops as crops_module
+
+    made = []
+    real = crops_module.overlap_crop_image
+    monkeypatch.setattr(crops_module, "overlap_crop_image",
+                        lambda picture, cfg: made.append(threading.current_thread().name) or real(picture, cfg))
+    engine, runner = fake_engine(tokenizer, max_batch=2, prefix_cache_size=2)
+    engine.submit(IMAGES[0], "point", "star", max_objects=1)
+    engine.submit(IMAGES[0].copy(), "point", "blue", max_objects=1)  # same pixels: shares the first's crops
+    engine.run_until_idle()
+    late = engine.submit(IMAGES[0].copy(), "detect", "star", max_objects=1)  # prefix cached: no crops at all
+    assert late.seq.crops is None
+    engine.run_until_idle()
+    assert runner.encoded == 1 and len(made) == 1 and made[0].startswith("crops")
+    assert idle(engine)
+
+
+def test_cached_prompts_are_prefilled_together_beyond_the_image_limit(tokenizer):
+    engine, runner = fake_engine(tokenizer, max_batch=6, max_prefill=1, prefix_cache_size=2)
+    for _ in range(6):
+        engine.submit(IMAGES[1], "point", "star", max_objects=1)
+    engine.run_until_idle()
+    # One step encodes the image; the five twins share one prompt-only prefill step.
+    assert runner.prefills[:2] == [[0], [1, 2, 3, 4, 5]] and runner.encoded == 1
+    assert idle(engine)
+
+
+def test_a_decode_step_runs_between_two_image_prefills(tokenizer):
+    engine, runner = fake_engine(tokenizer, max_batch=4, max_prefill=1, pipelined=False)
+    steps = []
+    launch_prefill, launch_decode = runner.launch_prefill, runner.launch_decode
+    runner.launch_prefill = lambda items, **kw: steps.append("prefill") or launch_prefill(items, **kw)
+    runner.launch_decode = lambda *a: steps.append("decode") or launch_decode(*a)
+    for i in range(3):
+        engine.submit(IMAGES[i], "point", "star", max_objects=3)
+    engine.run_until_idle()
+    assert steps[:5] == ["prefill", "decode", "prefill", "decode", "prefill"]
+    assert idle(engine)
+
+
+def test_an_array_and_its_pil_image_share_one_key_and_the_array_is_copied():
+    from PIL import Image
+
+    from engine.serving.crops import decode_image
+
+    array = np.ascontiguousarray(IMAGES[2])
+    key, pixels = decode_image(array)
+    assert key == decode_image(Image.fromarray(array))[0] == decode_image(array[::-1][::-1].copy())[0]
+    assert pixels is not array and np.array_equal(pixels, array)
+    changed = array.copy()
+    changed[0, 0, 0] ^= 1
+    assert decode_image(changed)[0] != key
+    assert decode_image(array[:, :-1])[0] != key  # same bytes prefix, other size
+
+
+def test_a_failed_crop_fails_its_request_alone(tokenizer, monkeypatch):
+    from engine import RequestError
+    from engine.serving import crops as crops_module
+
+    real = crops_module.overlap_crop_image
+    broken = IMAGES[1].shape
+
+    def crop(picture, cfg):
+        if np.asarray(picture).shape == broken:
+            raise MemoryError("no room\nfor the tiles")
+        return real(picture, cfg)
+
+    monkeypatch.setattr(crops_module, "overlap_crop_image", crop)
+    engine, runner = fake_engine(tokenizer, max_batch=2)
+    doomed = engine.submit(IMAGES[1], "point", "star", max_objects=1)
+    fine = engine.submit(IMAGES[0], "point", "star", max_objects=1)
+    engine.run_until_idle()
+    with pytest.raises(RequestError, match="cannot crop the image: no room for the tiles"):
+        doomed.future.result(timeout=0)
+    assert "points" in fine.future.result(timeout=0)
+    assert runner.encoded == 1 and engine.scheduler.retired == 2 and idle(engine)

@@ -137,3 +137,16 @@ def test_load_errors(tmp_path):
     wrong.write_text('{"version": "1.0", "model": {"type": "Nope"}}')
     with pytest.raises(ValueError, match="cannot load"):
         load_tokenizer(wrong)
+
+
+def test_stand_in_tokenizer_passes_the_checks_for_every_preset():
+    from engine.model.config import PRESETS
+    from engine.model.tokenizer import starmie_problems
+    from engine.training.vocab import stand_in_tokenizer
+
+    for name, config in PRESETS.items():
+        tok = stand_in_tokenizer(config)
+        assert starmie_problems(tok, config) == [], name
+        assert tok.get_vocab_size() <= config.text.vocab_size
+    # moondream2's templates use ids up to 7235: placeholders fill the gap after the learned tokens
+    assert stand_in_tokenizer(PRESETS["moondream2"]).id_to_token(7235) == "<|stand_in_7235|>"

@@ -15,15 +15,18 @@ import json
 import math
 import os
 import struct
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
+from tqdm import tqdm
 
 from engine.model.config import MOONDREAM2, PRESETS, MoondreamConfig
 from engine.model.moondream import MoondreamModel
+from engine.model.vocabulary import Vocabulary
 
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
@@ -73,6 +76,21 @@ def load_config(directory: Path) -> MoondreamConfig:
         raise CheckpointError(f"{path}: unknown preset {overrides.get('preset')!r}")
     try:
         return MoondreamConfig.from_dict(overrides, base=base)
+    except ValueError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+
+
+def load_vocabulary(directory: Path) -> Vocabulary | None:
+    """The `"vocabulary"` entry of DIR/config.json (see engine.model.vocabulary), or None."""
+    path = directory / CONFIG_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None   # load_config reports an unreadable file
+    if not isinstance(data, dict) or "vocabulary" not in data:
+        return None
+    try:
+        return Vocabulary.from_dict(data["vocabulary"])
     except ValueError as e:
         raise CheckpointError(f"{path}: {e}") from None
 
@@ -146,8 +164,9 @@ def check_tensors(found: dict[str, TensorInfo], config: MoondreamConfig) -> None
 
 
 def load_model(directory: str | Path, *, dtype: str | torch.dtype = "fp32", device: str | torch.device = "cpu",
-               config: MoondreamConfig | None = None) -> MoondreamModel:
-    """Load a checkpoint directory strictly into a `MoondreamModel` of the requested dtype."""
+               config: MoondreamConfig | None = None, progress: bool = False) -> MoondreamModel:
+    """Load a checkpoint directory strictly into a `MoondreamModel` of the requested dtype
+    (`progress`: a tqdm bar of tensors read, on stderr)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: not a checkpoint directory")
@@ -166,7 +185,7 @@ def load_model(directory: str | Path, *, dtype: str | torch.dtype = "fp32", devi
     state, nonfinite = {}, []
     try:
         with safe_open(str(weights), framework="pt", device="cpu") as f:
-            for key in f.keys():
+            for key in tqdm(f.keys(), desc="loading weights", unit="tensor", disable=not progress, file=sys.stderr):
                 t = f.get_tensor(key)
                 if not torch.isfinite(t).all():
                     nonfinite.append(key)
@@ -207,7 +226,7 @@ def random_state_dict(config: MoondreamConfig, *, seed: int = 0, dtype: torch.dt
 
 
 def save_checkpoint(directory: str | Path, state: dict[str, torch.Tensor], config: MoondreamConfig,
-                    tokenizer_json: str, *, preset: str | None = None) -> Path:
+                    tokenizer_json: str, *, preset: str | None = None, vocabulary: Vocabulary | None = None) -> Path:
     """Write the three files of the release layout. `state` is checkpoint-keyed."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -215,5 +234,7 @@ def save_checkpoint(directory: str | Path, state: dict[str, torch.Tensor], confi
     (directory / TOKENIZER_FILE).write_text(tokenizer_json, encoding="utf-8")
     overrides = {} if config == MOONDREAM2 else {**config.to_dict(), **({"preset": preset} if preset else {})}
     meta = {"model_type": "moondream1", "architectures": ["HfMoondream"], "torch_dtype": "bfloat16", "config": overrides}
+    if vocabulary is not None:
+        meta["vocabulary"] = vocabulary.to_dict()
     (directory / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return directory

@@ -356,6 +356,44 @@ def tiling_for_size(height: int, width: int, cfg: VisionConfig) -> tuple[int, in
 # Cropping (section 4.3)
 # --------------------------------------------------------------------------------------------
 
+# --------------------------------------------------------------------------------------------
+# Resizing (section 4.3): libvips Lanczos3, as the reference implementation; Pillow without it
+# --------------------------------------------------------------------------------------------
+
+try:
+    import pyvips
+except (ImportError, OSError):  # no pyvips, or pyvips without its libvips
+    pyvips = None
+
+#: Which resampler `overlap_crop_image` uses: "pyvips" (the reference's) or "pillow" (its fallback).
+RESIZER = "pyvips" if pyvips is not None else "pillow"
+
+
+def resize_rgb(pixels: np.ndarray, height: int, width: int, resizer: str | None = None) -> np.ndarray:
+    """uint8 [H, W, 3] → uint8 [height, width, 3], aspect ratio ignored, Lanczos3.
+
+    With pyvips (libvips releases the GIL and runs multi-threaded) the image is scaled by the
+    factors width/W and height/H, as the reference does; libvips may round the result to one
+    pixel less or more, so it is placed on a zero canvas of the exact size (the reference keeps
+    those missing pixels zero too). Pillow's LANCZOS is the reference's own fallback.
+    """
+    resizer = resizer or RESIZER
+    if resizer == "pyvips":
+        if pyvips is None:
+            raise ValueError("pyvips is not installed; pip install pyvips pyvips-binary, or use resizer='pillow'")
+        src = pyvips.Image.new_from_array(np.ascontiguousarray(pixels))
+        out = src.resize(width / pixels.shape[1], vscale=height / pixels.shape[0], kernel="lanczos3").numpy()
+        if out.shape[:2] == (height, width):
+            return out
+        canvas = np.zeros((height, width, 3), dtype=np.uint8)
+        h, w = min(height, out.shape[0]), min(width, out.shape[1])
+        canvas[:h, :w] = out[:h, :w]
+        return canvas
+    if resizer == "pillow":
+        return np.asarray(Image.fromarray(pixels).resize((width, height), Image.Resampling.LANCZOS))
+    raise ValueError(f"unknown resizer {resizer!r}; choose pyvips or pillow")
+
+
 @dataclass(frozen=True)
 class OverlapCrops:
     """uint8 crops [1 + th*tw, crop, crop, 3] (index 0 = global, then tiles row-major) and (th, tw)."""
@@ -382,10 +420,12 @@ def overlap_crop_image(
     cfg: VisionConfig,
     *,
     tiling: tuple[int, int] | None = None,
+    resizer: str | None = None,
 ) -> OverlapCrops:
     """Global crop plus overlapping local tiles (section 4.3).
 
-    The global crop is the whole image resized to crop x crop (aspect ratio ignored, Lanczos).
+    The global crop is the whole image resized to crop x crop (aspect ratio ignored, Lanczos3:
+    `resize_rgb`, libvips when installed, as the reference; `resizer` forces one).
     The local tiles come from the whole image resized to
     (th*window + 2*margin_px) x (tw*window + 2*margin_px); tile (i, j) is the crop x crop window
     at (i*window, j*window). `tiling` overrides :func:`select_tiling` (tests / experiments).
@@ -400,12 +440,13 @@ def overlap_crop_image(
         raise ValueError(f"tiling must be at least (1, 1), got {tiling}")
 
     n = 1 + th * tw
+    pixels = np.asarray(pil)                                       # [H, W, 3] uint8
     crops = np.empty((n, crop, crop, 3), dtype=np.uint8)
-    crops[0] = np.asarray(pil.resize((crop, crop), Image.Resampling.LANCZOS))
+    crops[0] = resize_rgb(pixels, crop, crop, resizer)
 
     target_h = th * window + 2 * margin_px
     target_w = tw * window + 2 * margin_px
-    resized = np.asarray(pil.resize((target_w, target_h), Image.Resampling.LANCZOS))
+    resized = resize_rgb(pixels, target_h, target_w, resizer)     # [target_h, target_w, 3]
     for i in range(th):
         for j in range(tw):
             y, x = i * window, j * window

@@ -15,9 +15,10 @@ from engine.model.region import RegionModel
 from engine.model.text import TextModel
 from engine.model.vision import VisionEncoder
 
-# Crops per vision-tower forward: 8 images of a few crops at once, while a batch of 12-crop
-# images stays within memory (CPU attention materialises [crops, heads, patches, patches]).
-VISION_BATCH = 32
+# Crops per vision-tower forward, by device type: on the CPU, 8 images of a few crops at once
+# while a batch of 12-crop images stays within memory (attention materialises [crops, heads,
+# patches, patches]); on a GPU (flash attention) a whole prefill step's crops in one pass.
+VISION_BATCH = {"cpu": 32, "cuda": 128}
 
 
 class MoondreamModel(nn.Module):
@@ -45,11 +46,20 @@ class MoondreamModel(nn.Module):
         at a time: one image at a time, the kernel launches of 27 small forwards, not the GPU,
         set the pace of prefill. Stitching and projection are per image (tilings differ)."""
         crops = normalize_crops(np.concatenate([c.crops for c in images]), dtype=self.dtype, device=self.device)
-        features = torch.cat([self.vision.encode_crops(crops[i:i + VISION_BATCH])
-                              for i in range(0, crops.shape[0], VISION_BATCH)])
-        ends = np.cumsum([c.n_crops for c in images]).tolist()
-        projected = torch.stack([self.vision.project(features[end - c.n_crops:end], c.tiling)
-                                 for c, end in zip(images, ends)])
+        step = VISION_BATCH.get(self.device.type, VISION_BATCH["cpu"])
+        features = torch.cat([self.vision.encode_crops(crops[i:i + step]) for i in range(0, crops.shape[0], step)])
+        starts = np.cumsum([0] + [c.n_crops for c in images[:-1]]).tolist()
+        by_tiling: dict[tuple[int, int], list[int]] = {}
+        for n, c in enumerate(images):
+            by_tiling.setdefault(tuple(c.tiling), []).append(n)
+        projected = [None] * len(images)
+        for tiling, members in by_tiling.items():  # one stitch/pool/projection per tiling
+            tiles = tiling[0] * tiling[1]
+            glob = features[[starts[n] for n in members]]  # [G, patches, dim]
+            local = torch.stack([features[starts[n] + 1:starts[n] + 1 + tiles] for n in members])
+            for n, out in zip(members, self.vision.project_batch(glob, local, tiling)):
+                projected[n] = out
+        projected = torch.stack(projected)  # [B, patches, text dim]
         bos = self.text.wte[self.config.tokens.bos_id].expand(len(images), 1, -1)
         return torch.cat([bos, projected], dim=1)
 

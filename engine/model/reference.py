@@ -8,6 +8,8 @@ that every output conforms to the skill's grammar; EOS wins a tie, as in a maske
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from engine.kernels import KernelChoice
@@ -21,9 +23,11 @@ from engine.serving.skills import ObjectBuilder
 
 @torch.inference_mode()
 def reference_generate(model: MoondreamModel, crops: OverlapCrops, prompt: list[int], skill: str,
-                       max_objects: int, kernels: KernelChoice = "torch") -> dict:
+                       max_objects: int, kernels: KernelChoice = "torch",
+                       on_logits: Callable[[torch.Tensor], None] | None = None) -> dict:
     """Greedy point/detect of one request. `kernels` defaults to the PyTorch decode path: the
-    oracle does not share the fused kernels it checks."""
+    oracle does not share the fused kernels it checks. `on_logits` receives the logits ([vocab])
+    of each "another object?" decision: after the prompt, then after each object."""
     cfg = model.config
     tok, text, region = cfg.tokens, model.text, model.region
     need = kv_positions(cfg.prefix_len, len(prompt), skill, max_objects)
@@ -45,6 +49,8 @@ def reference_generate(model: MoondreamModel, crops: OverlapCrops, prompt: list[
     builder = ObjectBuilder(skill)
     while len(builder.objects) < max_objects:
         logits = text.logits(hidden)[0]
+        if on_logits is not None:
+            on_logits(logits)
         if not logits[tok.coord_id] > logits[tok.eos_id]:
             break
         p_more = more_probability(logits, tok.coord_id, tok.eos_id)

@@ -155,6 +155,29 @@ class TextModel(nn.Module):
             x = x + block.attn.proj(a.transpose(1, 2).reshape(b, n, -1)) + block.mlp(h)
         return x
 
+    def prefill_prefix(self, embeds: torch.Tensor, kv: KVCache, rows: torch.Tensor) -> torch.Tensor:
+        """`prefill` of whole image prefixes (positions 0..L-1 of each row, L ≤ prefix_len).
+
+        Inside the prefix attention is bidirectional, so no mask is needed: the block's own
+        keys are its whole context and attention runs on a flash kernel (an explicit mask would
+        force the memory-efficient one), with no gather of keys back from the cache.
+        embeds [B, L, D], rows [B] long → raw hidden [B, L, D].
+        """
+        b, n, _ = embeds.shape
+        if n > self.prefix_len:
+            raise ValueError(f"prefill_prefix got {n} positions; the image prefix has {self.prefix_len}")
+        cos, sin = self.rope(embeds.device)
+        rope = (cos[:n, None, None], sin[:n, None, None])  # [L, 1, 1, r]
+        x = embeds
+        for layer, block in enumerate(self.blocks):
+            h = block.ln(x)
+            q, k, v = (t.transpose(1, 2) for t in self.heads(block, h, rope))  # [B, H, L, hd] each
+            kv.k[layer, rows, :, :n] = k
+            kv.v[layer, rows, :, :n] = v
+            a = attention(q, k, v)
+            x = x + block.attn.proj(a.transpose(1, 2).reshape(b, n, -1)) + block.mlp(h)
+        return x
+
     def decode(self, embeds: torch.Tensor, kv: KVCache, positions: torch.Tensor, attn_len: int,
                kernels: _kernels.KernelChoice = "auto") -> torch.Tensor:
         """One token for KV rows 0..B-1 at `positions` [B]; returns raw hidden [B, D].

@@ -18,7 +18,9 @@ class EngineConfig:
     max_len: int | None = None       # KV positions per row; None: `kv_positions(model)`
     pipelined: bool = True           # False: launch → finalize → commit, blocking (the A/B baseline)
     max_queue: int = 1024            # waiting requests before `EngineBusy`
-    max_prefill: int = 8             # requests admitted (prefilled) per step
+    max_prefill: int = 8             # new images encoded (prefilled) per step
+    max_prefill_cached: int = 64     # requests with a cached image prefix prefilled per step (prompt only)
+    crop_threads: int = 4            # threads making overlap crops (engine.serving.crops)
     prefix_cache_size: int = 8       # image prefixes kept on the device (LRU); 0 disables the cache
     mask_capacity: int = 256         # grammar mask-table rows on the device
     use_graphs: bool | None = None   # CUDA graphs (None: on CUDA)
@@ -26,7 +28,7 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         problems = [f"{name} must be a positive whole number, got {getattr(self, name)!r}"
-                    for name in ("max_batch", "max_queue", "max_prefill", "mask_capacity")
+                    for name in ("max_batch", "max_queue", "max_prefill", "max_prefill_cached", "crop_threads", "mask_capacity")
                     if not isinstance(getattr(self, name), int) or getattr(self, name) < 1]
         if not 1 <= self.max_objects <= MAX_OBJECTS_LIMIT:
             problems.append(f"max_objects must be between 1 and {MAX_OBJECTS_LIMIT}, got {self.max_objects}")

@@ -28,7 +28,6 @@ waiting for each step): the A/B baseline. Under greedy decoding both produce ide
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import queue
 import threading
@@ -39,15 +38,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-import numpy as np
 import torch
 
-from engine.model.checkpoint import CheckpointError, load_model
+from engine.model.checkpoint import CheckpointError
 from engine.model.config import MoondreamConfig
-from engine.model.image import load_image, overlap_crop_image
 from engine.model.moondream import MoondreamModel
-from engine.model.tokenizer import load_tokenizer
+from engine.model.pretrained import ModelInfo, load_pretrained
 from engine.serving.config import EngineConfig
+from engine.serving.crops import CropService, decode_image
 from engine.serving.errors import Cancelled, DeadlineExceeded, EngineBusy, RequestError
 from engine.serving.limits import DEFAULT_MAX_OBJECTS, answer_budget, kv_positions
 from engine.serving.scheduler import Scheduler
@@ -114,6 +112,9 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self.entries)
 
+    def __contains__(self, key: str) -> bool:  # any thread; does not touch the LRU order
+        return key in self.entries
+
 
 class Engine:
     """The serving loop over one model. `config` (or keyword overrides of its fields, e.g.
@@ -142,27 +143,31 @@ class Engine:
         self._ids = itertools.count(1)
         self._inbox: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
         self._wake = threading.Event()
+        self.crops = CropService(cfg.vision, config.crop_threads, on_ready=self._wake.set)
+        self._encoded_last = False  # the last launch encoded images: decode goes next
         self._thread: threading.Thread | None = None
         self._stop = False
         self.steps = 0
         self.decode_steps = 0
+        self.model_info: ModelInfo | None = None   # set by from_pretrained
 
     @classmethod
-    def from_pretrained(cls, weights: str | Path | None = None, *, device: str = "cpu", dtype: str = "fp32",
+    def from_pretrained(cls, weights: str | Path | None = None, *, tokenizer: str | None = None, device: str = "auto",
+                        dtype: str = "auto", revision: str | None = None, progress: bool = False,
                         config: EngineConfig | None = None, **overrides) -> Engine:
-        """Load a checkpoint directory (default: the embedded model in assets/)."""
-        directory = Path(weights) if weights is not None else DEFAULT_WEIGHTS
-        model = load_model(directory, dtype=dtype, device=device)
-        try:
-            tokenizer = load_tokenizer(directory / "tokenizer.json")
-        except ValueError as e:
-            raise CheckpointError(str(e)) from None
-        return cls(model, tokenizer, config, **overrides)
+        """Load a checkpoint directory or Hub id `org/name[@REV]` (default: the embedded model in
+        assets/); see engine.model.pretrained. `engine.model_info` says what was loaded."""
+        model, tok, info = load_pretrained(DEFAULT_WEIGHTS if weights is None else weights, tokenizer=tokenizer,
+                                           device=device, dtype=dtype, revision=revision, progress=progress)
+        engine = cls(model, tok, config, **overrides)
+        engine.model_info = info
+        return engine
 
     # ---- public API ---------------------------------------------------------------------
     def submit(self, image, skill: str, obj: str, *, max_objects: int = DEFAULT_MAX_OBJECTS,
                on_object: Callable[[dict], None] | None = None, timeout: float | None = None) -> RequestHandle:
-        """Queue a request. Image decoding and cropping run here, in the caller's thread.
+        """Queue a request. The image is decoded and hashed here, in the caller's thread; its
+        crops are made on the crop threads, and only if its prefix is not cached.
 
         `on_object` is called on the engine thread as each object is committed: it must return
         at once (e.g. put the object on a queue), since the whole batch waits for it.
@@ -178,10 +183,9 @@ class Engine:
         if need > self.runner.scratch_pos:
             raise RequestError(f"request needs {need} KV positions; this engine holds {self.runner.scratch_pos} "
                                f"per row (lower max_objects or raise max_len)")
-        picture = load_image(image)
-        crops = overlap_crop_image(picture, cfg.vision)
-        key = hashlib.sha256(np.asarray(picture).tobytes() + repr(picture.size).encode()).hexdigest()
-        seq = Sequence(next(self._ids), skill, prompt, max_objects, answer_budget(skill, max_objects), crops, key,
+        key, picture = decode_image(image)
+        crops = None if key in self.prefix_cache else self.crops.request(key, picture)
+        seq = Sequence(next(self._ids), skill, prompt, max_objects, answer_budget(skill, max_objects), key, picture, crops,
                        on_object=on_object, deadline=None if timeout is None else self.clock() + timeout,
                        submitted_at=self.clock())
         seq.future.add_done_callback(lambda _: setattr(seq, "finished_at", self.clock()))
@@ -233,23 +237,23 @@ class Engine:
 
     # ---- the loop -----------------------------------------------------------------------
     def step(self) -> bool:
-        """One tick. Returns False when there was nothing to do."""
+        """One tick. Returns False when there was nothing to do (idle, or waiting for crops)."""
         self._drain_inbox()
         self.scheduler.reap(self.clock())
         if self.scheduler.is_idle() and self.pipeline.is_idle():
             return False
         if self.config.pipelined:
             step = self._launch()
-            self._commit()
+            committed = self._commit()
             if step is not None:
                 self._finalize(step)
         else:
             step = self._launch()
             if step is not None:
                 self._finalize(step)
-            self._commit()
+            committed = self._commit()
         self.steps += 1
-        return True
+        return step is not None or committed
 
     def run_until_idle(self) -> None:
         while self.step():
@@ -274,6 +278,7 @@ class Engine:
     def _serve(self) -> None:
         # On close, keep stepping until every accepted request is done and every row released.
         while not (self._stop and self.scheduler.is_idle() and self.pipeline.is_idle() and self._inbox.empty()):
+            self._wake.clear()  # before the step: a wake-up during it is not lost
             try:
                 busy = self.step()
             except Exception as e:  # never leave callers hanging: fail what is in flight, keep serving
@@ -281,19 +286,26 @@ class Engine:
                 busy = False
             if not busy:
                 self._wake.wait(timeout=0.5)
-                self._wake.clear()
 
     # ---- the three verbs ------------------------------------------------------------------
     def _launch(self) -> Step | None:
         if not self.pipeline.can_launch():
             return None
-        admitted = self.scheduler.admit(self.config.max_prefill, self.prefix_cache.get)
+        plan = self.scheduler.decode_plan(self.runner.batch_bucket)
+        # An image prefill stops every decoding row while it runs: one decode step between two.
+        new_images = 0 if self._encoded_last and plan is not None else self.config.max_prefill
+        admitted = self.scheduler.admit(new_images, self.config.max_prefill_cached, self.prefix_cache.get,
+                                        self._crops_ready)
+        admitted = [a for a in admitted if self._has_pixels(a.seq, a.prefix is not None)]
         if admitted:
             items = []
             for a in admitted:
                 a.seq.admitted_at = self.clock()
                 self._attach_grammar(a.seq)
-                items.append(PrefillItem(a.seq.row, None if a.prefix is not None else a.seq.crops, a.prefix, a.seq.prompt))
+                crops = None if a.prefix is not None else a.seq.crops.result()
+                items.append(PrefillItem(a.seq.row, crops, a.prefix, a.seq.prompt))
+                a.seq.picture = a.seq.crops = None
+            self._encoded_last = any(a.prefix is None for a in admitted)
             fresh = self.runner.launch_prefill(items, keep_prefixes=self.prefix_cache.capacity > 0)
             for a, prefix in zip(admitted, fresh):
                 if prefix is not None:
@@ -301,9 +313,9 @@ class Engine:
             rows = [a.seq.row for a in admitted]
             self.scheduler.on_launch(rows, advance_position=False)
             return self.pipeline.launch("prefill", rows, max(rows) + 1)
-        plan = self.scheduler.decode_plan(self.runner.batch_bucket)
         if plan is None:
             return None
+        self._encoded_last = False
         slot = self.pipeline.free_slot()
         self.runner.launch_decode(slot, plan.batch, plan.positions, self.runner.attn_bucket(plan.attn_len_needed - 1))
         self.scheduler.on_launch(plan.rows, advance_position=True)
@@ -315,13 +327,30 @@ class Engine:
         self.runner.finalize(step.slot, step.batch, states, active)
         self.pipeline.finalize(step)
 
-    def _commit(self) -> None:
+    def _commit(self) -> bool:
         step = self.pipeline.oldest_sampled()
         if step is None:
-            return
+            return False
         results = self.runner.read_results(step.slot, step.batch, step.rows)
         self.pipeline.commit(step)
         self.scheduler.commit(step.rows, results)
+        return True
+
+    def _has_pixels(self, seq: Sequence, cached: bool) -> bool:
+        """An admitted request whose crops failed ends alone, with its error (reap frees its row)."""
+        error = None if cached else seq.crops.exception()
+        if error is not None:
+            seq.picture = seq.crops = None
+            self.scheduler.finish(seq, RequestError(f"cannot crop the image: {' '.join(str(error).split())}"))
+        return error is None
+
+    def _crops_ready(self, seq: Sequence) -> bool:
+        """Admission: may `seq`, whose prefix is not cached, be encoded now?"""
+        if seq.crops is None:  # its prefix was cached at submit and has been evicted since
+            seq.crops = self.crops.request(seq.image_key, seq.picture)
+        if self._thread is None:  # the caller drives the loop: wait, so every schedule is reproducible
+            seq.crops.exception()
+        return seq.crops.done()
 
     def _attach_grammar(self, seq: Sequence) -> None:
         """The request's grammar automaton and its rows in the device mask table (admission time)."""

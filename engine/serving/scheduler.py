@@ -60,24 +60,33 @@ class Scheduler:
     def rows_in_use(self) -> int:
         return self.rows - len(self.free_rows)
 
-    def admit(self, limit: int, cached_prefix: Callable[[str], P | None]) -> list[Admitted[P]]:
-        """Give up to `limit` waiting requests, in order, a KV row reserved for their whole answer.
+    def admit(self, new_images: int, cached: int, cached_prefix: Callable[[str], P | None],
+              ready: Callable[[Sequence], bool]) -> list[Admitted[P]]:
+        """Give waiting requests, in order, a KV row reserved for their whole answer: at most
+        `new_images` whose image must be encoded and `cached` whose prefix is cached.
 
-        `cached_prefix(image_key)` returns the image's cached prefix or None. A request whose
-        image is already being encoded in this batch waits for the next step (it will hit the cache).
+        `cached_prefix(image_key)` returns the image's cached prefix or None; `ready(seq)` says
+        whether a request that must be encoded has its crops. Admission stops at the first request
+        that cannot go now (over a limit, crops not ready, or its image already being encoded in
+        this batch: it will hit the cache next step), so requests start in arrival order.
         """
         admitted: list[Admitted[P]] = []
         encoding: set[str] = set()
-        while self.waiting and len(admitted) < limit and self.free_rows:
+        hits = 0
+        while self.waiting and self.free_rows:
             seq = self.waiting[0]
             prefix = cached_prefix(seq.image_key)
-            if prefix is None and seq.image_key in encoding:
+            if prefix is None and (len(encoding) >= new_images or seq.image_key in encoding or not ready(seq)):
+                break
+            if prefix is not None and hits >= cached:
                 break
             self.waiting.popleft()
             start = self.prefix_len + len(seq.prompt)
             self.start(seq, heapq.heappop(self.free_rows), start, start + seq.budget)
             if prefix is None:
                 encoding.add(seq.image_key)
+            else:
+                hits += 1
             admitted.append(Admitted(seq, prefix))
         return admitted
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable
 
-from engine.model.image import OverlapCrops
 from engine.serving.skills import ObjectBuilder
 
 
@@ -32,8 +31,9 @@ class Sequence:
     prompt: list[int]
     max_objects: int
     budget: int  # decode positions the answer may use (every object + EOS), reserved at admission
-    crops: OverlapCrops
     image_key: str
+    picture: object  # the decoded image (PIL), until admission
+    crops: Future | None  # its OverlapCrops (engine.serving.crops); None while its prefix is cached
     on_object: Callable[[dict], None] | None = None
     deadline: float | None = None  # time.monotonic() seconds
     future: Future = field(default_factory=Future)

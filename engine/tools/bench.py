@@ -33,7 +33,7 @@ from engine.model.config import PRESETS
 from engine.serving.engine import Engine
 from engine.model.moondream import MoondreamModel
 from engine.serving.skills import prompt_ids
-from engine.training.vocab import build_tokenizer
+from engine.training.vocab import stand_in_tokenizer
 
 
 def build_model(preset: str, device: str, dtype: str, seed: int) -> MoondreamModel:
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
     batches = [int(b) for b in args.batch.split(",")]
     model = build_model(args.preset, args.device, dtype, args.seed)
-    tokenizer = build_tokenizer(vocab_size=min(512, model.config.text.vocab_size))
+    tokenizer = stand_in_tokenizer(model.config)
     cfg = model.config
     rng = np.random.default_rng(args.seed)
     rows = []

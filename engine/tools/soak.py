@@ -32,7 +32,7 @@ OBJECTS = ["red circle", "blue square", "star", "green", "triangle", "yellow hex
 
 def make_engine(weights: str | None, max_batch: int) -> Engine:
     if weights:
-        return Engine.from_pretrained(weights, max_batch=max_batch, max_queue=256)
+        return Engine.from_pretrained(weights, device="cpu", dtype="fp32", max_batch=max_batch, max_queue=256)
     model = init_random_(MoondreamModel(TINY), seed=0).eval()
     return Engine(model, build_tokenizer(TINY.text.vocab_size), max_batch=max_batch, max_queue=256)
 

@@ -203,7 +203,7 @@ def measure_latency(weights, data, runs: int, threads: int, warmup: int = 3) -> 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        engine = Engine.from_pretrained(weights, max_batch=1)
+        engine = Engine.from_pretrained(weights, device="cpu", dtype="fp32", max_batch=1)
         for scene, query in data[len(data) - warmup:]:
             engine.detect(scene.image, query.text)
         times = []
@@ -227,7 +227,7 @@ def evaluate(weights: str | Path | None, n: int = 500, seed: int = 12345, max_ba
     t0 = time.perf_counter()
     data = scene_batch(seed, n)
     say(f"evaluate: {weights} on {n} scenes (seed {seed}), generated in {time.perf_counter() - t0:.1f}s")
-    engine = Engine.from_pretrained(weights, max_batch=max_batch)
+    engine = Engine.from_pretrained(weights, device="cpu", dtype="fp32", max_batch=max_batch)
     report: dict = {"weights": str(weights), "n": n, "seed": seed, "max_batch": max_batch}
     for skill in ("detect", "point"):
         t0 = time.perf_counter()

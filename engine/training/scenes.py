@@ -31,6 +31,8 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image, ImageDraw
 
+from engine.model.vocabulary import Vocabulary
+
 SHAPES: tuple[str, ...] = ("circle", "square", "triangle", "star", "cross", "hexagon", "diamond")
 
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -45,6 +47,9 @@ COLOURS: dict[str, tuple[int, int, int]] = {
 }
 
 QUERY_WORDS: tuple[str, ...] = tuple(COLOURS) + SHAPES
+# What a model trained on these scenes recognises (written into its config.json for the UI).
+SCENE_VOCABULARY = Vocabulary({"shapes": SHAPES, "colours": tuple(COLOURS)},
+                              examples=("red circle", "star", "blue square", "green", "yellow triangle", "hexagon"))
 
 BACKGROUNDS: tuple[str, ...] = ("flat", "gradient", "noise", "blotches", "stripes", "checker")
 

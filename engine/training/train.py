@@ -100,7 +100,7 @@ from engine.model.config import PRESETS, MoondreamConfig
 from engine.model.image import normalize_crops, overlap_crop_image
 from engine.model.moondream import MoondreamModel
 from engine.model.region import coord_to_bin, size_from_bin, size_to_bin
-from engine.training.scenes import ALL_QUERIES, COLOURS, SHAPES, make_query, make_scene
+from engine.training.scenes import ALL_QUERIES, COLOURS, SCENE_VOCABULARY, SHAPES, make_query, make_scene
 from engine.serving.skills import prompt_ids
 from engine.model.text import rope_tables
 from engine.training.vocab import build_tokenizer
@@ -669,7 +669,7 @@ def checkpoint_state(model: MoondreamModel) -> dict[str, torch.Tensor]:
 def write_checkpoint(out: Path, model: MoondreamModel, config: MoondreamConfig, preset: str, tokenizer_json: str) -> None:
     """Write into a scratch directory, then move each file into `out` atomically."""
     tmp = out / ".partial"
-    save_checkpoint(tmp, checkpoint_state(model), config, tokenizer_json, preset=preset)
+    save_checkpoint(tmp, checkpoint_state(model), config, tokenizer_json, preset=preset, vocabulary=SCENE_VOCABULARY)
     for f in tmp.iterdir():
         os.replace(f, out / f.name)
     tmp.rmdir()

@@ -104,3 +104,19 @@ def build_tokenizer(vocab_size: int = 512, extra_words: Sequence[str] = ()) -> T
         assert tok.token_to_id(s) == i
     assert tok.token_to_id("detect") == DETECT_ID and tok.token_to_id("point") == POINT_ID
     return tok
+
+
+def stand_in_tokenizer(config) -> Tokenizer:
+    """The stand-in BPE for a model of `config` (a `MoondreamConfig`), for random checkpoints and
+    benchmarks: at most 512 learned tokens, then placeholder tokens ``<|stand_in_k|>`` up to the
+    highest prompt-template id, so every id the templates use exists (the real starmie tokenizer
+    has words there; random weights do not care which) and the tokenizer checks of
+    `engine.model.tokenizer` accept it."""
+    t = config.tokens
+    tok = build_tokenizer(vocab_size=min(512, config.text.vocab_size))
+    highest = max(*t.detect_prefix, *t.point_prefix, *t.prompt_suffix)
+    size = tok.get_vocab_size()
+    if highest >= size:
+        tok.add_tokens([AddedToken(f"<|stand_in_{i}|>", special=True, normalized=False)
+                        for i in range(size, highest + 1)])
+    return tok

@@ -106,8 +106,7 @@ class ModelRunner:
                     self.kv.copy_prefix(item.row, item.prefix)
             if encode:  # every new image of this step in one vision batch and one prefix prefill
                 rows = torch.tensor([item.row for item in encode], device=dev)
-                text.prefill(model.encode_images([item.crops for item in encode]), self.kv, rows,
-                             torch.zeros(len(encode), dtype=torch.long, device=dev))
+                text.prefill_prefix(model.encode_images([item.crops for item in encode]), self.kv, rows)
             fresh = [self.kv.read_prefix(item.row, plen) if item.prefix is None and keep_prefixes else None
                      for item in items]
             longest = max(len(i.prompt) for i in items)

@@ -1,0 +1,307 @@
+"""`python -m app.serve`: the Moondream HTTP API over one shared, batching engine.
+
+    python -m app.serve [--host 127.0.0.1] [--port 2020] [--weights DIR|ID] [--device auto] [--dtype auto]
+                        [--api-key KEY] [--max-batch 16] [--max-queue 256] [--timeout 300] [--max-body-mb 32]
+                        [--ray [--replicas N] [--gpus-per-replica G] [--address ADDR]]
+
+Existing code written for the official `moondream` client runs unchanged against it:
+
+    import moondream as md
+    model = md.vl(endpoint="http://127.0.0.1:2020/v1")
+    model.detect(image, "car")["objects"]
+
+Endpoints (JSON POST under /v1, the client's wire format): `/detect` and `/point` (`object`,
+`image_url` as a data URL, `settings.max_objects`), plus `/health` and `/metrics` (Prometheus
+text). Errors are one line, `{"error": "..."}`: 400 a bad request (image, object, settings),
+401 a wrong or missing API key (`X-Moondream-Auth` or `Authorization: Bearer`, compared in
+constant time), 413 a body over `--max-body-mb`, 429 the engine's queue is full (`Retry-After`),
+504 the request missed its deadline (`--timeout`). A client that disconnects cancels its request:
+the engine frees its row. The server binds 127.0.0.1 unless `--host` says otherwise and sends no
+CORS headers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import binascii
+import hmac
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from engine.model.pretrained import add_model_arguments
+from engine import (DEFAULT_MAX_OBJECTS, Cancelled, DeadlineExceeded, Engine, EngineBusy, ImageError,
+                    RequestError)
+
+log = logging.getLogger("app.serve")
+
+
+class HTTPError(Exception):
+    """An answer with a status and a one-line reason."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    max_body_bytes: int = 32 << 20   # base64 images are 4/3 of the file
+    timeout: float = 300.0           # seconds per request, enforced by the engine
+    retry_after: int = 1             # seconds, with 429
+
+
+class Metrics:
+    """Prometheus series of one server (own registry: several servers may share a process)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("mdpipe_requests", "HTTP API requests by endpoint and status",
+                                ["endpoint", "status"], registry=self.registry)
+        self.latency = Histogram("mdpipe_request_seconds", "time from request to answer, by endpoint", ["endpoint"],
+                                 buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+                                 registry=self.registry)
+        Gauge("mdpipe_queue_depth", "requests submitted but not yet admitted",
+              registry=self.registry).set_function(engine.queued)
+        Gauge("mdpipe_running", "requests holding a KV row",
+              registry=self.registry).set_function(lambda: engine.pools()["running"])
+        Gauge("mdpipe_decode_steps", "decode steps since start (rate() gives steps/s)",
+              registry=self.registry).set_function(lambda: engine.decode_steps)
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def decode_image_url(value: object) -> bytes:
+    """The bytes of a `data:image/...;base64,...` URL (the client's `image_url`)."""
+    if not isinstance(value, str) or not value:
+        raise HTTPError(400, "image_url is missing: send the image as a data URL (data:image/jpeg;base64,...)")
+    header, sep, payload = value.partition(",")
+    if not sep or not header.startswith("data:") or ";base64" not in header:
+        raise HTTPError(400, "image_url must be a base64 data URL (data:image/jpeg;base64,...); "
+                             "remote URLs are not fetched")
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise HTTPError(400, "image_url holds invalid base64 data; encode the image file with base64") from None
+
+
+def settings_of(body: dict) -> dict:
+    settings = body.get("settings") or {}
+    if not isinstance(settings, dict):
+        raise HTTPError(400, "settings must be a JSON object, e.g. {\"max_objects\": 10}")
+    return settings
+
+
+def one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+class MoondreamAPI:
+    """The request handlers; one instance per server, over one started engine."""
+
+    def __init__(self, engine: Engine, *, api_key: str | None = None, limits: ServeLimits = ServeLimits()) -> None:
+        self.engine, self.limits = engine, limits
+        self.api_key = api_key.encode() if api_key else None
+        self.metrics = Metrics(engine)
+
+    # ---- plumbing -----------------------------------------------------------------------
+    def check_key(self, request: Request) -> None:
+        if self.api_key is None:
+            return
+        given = request.headers.get("x-moondream-auth", "")
+        bearer = request.headers.get("authorization", "")
+        if not given and bearer.lower().startswith("bearer "):
+            given = bearer[7:].strip()
+        if not hmac.compare_digest(given.encode(), self.api_key):
+            raise HTTPError(401, "missing or wrong API key: send it in the X-Moondream-Auth header")
+
+    async def read_json(self, request: Request) -> dict:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limits.max_body_bytes:
+            raise HTTPError(413, self.too_large())
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > self.limits.max_body_bytes:
+                raise HTTPError(413, self.too_large())
+        try:
+            data = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise HTTPError(400, "the request body is not valid JSON") from None
+        if not isinstance(data, dict):
+            raise HTTPError(400, "the request body must be a JSON object")
+        return data
+
+    def too_large(self) -> str:
+        return (f"the request is larger than {self.limits.max_body_bytes / (1 << 20):g} MiB; "
+                "send a smaller image (the server's --max-body-mb sets the limit)")
+
+    async def submit(self, image: bytes, skill: str, obj: object, max_objects: object):
+        """Queue a request; image decoding and cropping run off the event loop."""
+        try:
+            return await asyncio.to_thread(self.engine.submit, image, skill, obj, max_objects=max_objects,
+                                           timeout=self.limits.timeout)
+        except ImageError as e:
+            raise HTTPError(400, one_line(e)) from None
+        except RequestError as e:
+            raise HTTPError(400, one_line(e)) from None
+        except EngineBusy as e:
+            raise HTTPError(429, one_line(e), {"Retry-After": str(self.limits.retry_after)}) from None
+
+    async def result(self, request: Request, handle) -> dict:
+        """The request's result, or its cancellation when the client goes away first."""
+        done = asyncio.wrap_future(handle.future)
+        gone = asyncio.ensure_future(self.disconnected(request))
+        try:
+            await asyncio.wait({done, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not done.done():
+            handle.cancel()
+            raise HTTPError(499, "the client closed the connection; the request was cancelled")
+        try:
+            return done.result()
+        except DeadlineExceeded:
+            raise HTTPError(504, f"the request took longer than {self.limits.timeout:g} s and was stopped") from None
+        except Cancelled:
+            raise HTTPError(499, "the request was cancelled") from None
+        except RequestError as e:
+            raise HTTPError(400, one_line(e)) from None
+
+    @staticmethod
+    async def disconnected(request: Request) -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                return
+
+    def endpoint(self, name: str, handler):
+        async def route(request: Request) -> Response:
+            start = time.perf_counter()
+            try:
+                self.check_key(request)
+                response = await handler(request)
+            except HTTPError as e:
+                response = JSONResponse({"error": e.message}, status_code=e.status, headers=e.headers)
+            except Exception as e:  # an engine failure: one line for the client, the traceback in the log
+                log.exception("%s failed", name)
+                response = JSONResponse({"error": f"the request failed ({type(e).__name__}: {one_line(e)[:200]})"},
+                                        status_code=500)
+            self.metrics.requests.labels(name, str(response.status_code)).inc()
+            self.metrics.latency.labels(name).observe(time.perf_counter() - start)
+            return response
+        return route
+
+    # ---- skills -------------------------------------------------------------------------
+    async def spatial(self, request: Request, skill: str) -> Response:
+        body = await self.read_json(request)
+        image = decode_image_url(body.get("image_url"))
+        max_objects = settings_of(body).get("max_objects", DEFAULT_MAX_OBJECTS)
+        handle = await self.submit(image, skill, body.get("object"), max_objects)
+        result = await self.result(request, handle)
+        return JSONResponse(result)
+
+    async def detect(self, request: Request) -> Response:
+        return await self.spatial(request, "detect")
+
+    async def point(self, request: Request) -> Response:
+        return await self.spatial(request, "point")
+
+    # ---- operations ---------------------------------------------------------------------
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "queued": self.engine.queued(), "running": self.engine.pools()["running"]})
+
+    async def metrics_text(self, request: Request) -> Response:
+        return Response(self.metrics.text(), media_type=CONTENT_TYPE_LATEST)
+
+    def routes(self) -> list[Route]:
+        api = [("detect", self.detect), ("point", self.point)]
+        routes = [Route(f"/v1/{name}", self.endpoint(name, handler), methods=["POST"]) for name, handler in api]
+        routes += [Route("/health", self.health, methods=["GET"]), Route("/v1/health", self.health, methods=["GET"]),
+                   Route("/metrics", self.metrics_text, methods=["GET"])]
+        return routes
+
+
+def build_app(engine: Engine, *, api_key: str | None = None, limits: ServeLimits = ServeLimits()) -> Starlette:
+    """The ASGI app over a started engine (tests mount it in-process)."""
+    return Starlette(routes=MoondreamAPI(engine, api_key=api_key, limits=limits).routes())
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m app.serve", description="The Moondream HTTP API (detect, point).")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=2020, help="port (default 2020, the moondream client's local port)")
+    add_model_arguments(p)
+    p.add_argument("--api-key", default=None, metavar="KEY",
+                   help="require this key (X-Moondream-Auth or Authorization: Bearer); also read from $MDPIPE_API_KEY")
+    p.add_argument("--max-batch", type=int, default=16, help="most requests decoded together (default 16)")
+    p.add_argument("--max-queue", type=int, default=256, help="waiting requests before HTTP 429 (default 256)")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="deadline of one request")
+    p.add_argument("--max-body-mb", type=float, default=32.0, metavar="MB", help="largest request body (default 32)")
+    ray = p.add_argument_group("scale-out with Ray Serve (pip install -e .[ray])")
+    ray.add_argument("--ray", action="store_true", help="serve engine replicas behind Ray Serve")
+    ray.add_argument("--replicas", type=int, default=1, help="engine replicas (default 1; one per GPU)")
+    ray.add_argument("--gpus-per-replica", type=float, default=None, metavar="G",
+                     help="GPUs per replica (default 1 with --device cuda, else 0)")
+    ray.add_argument("--address", default=None, metavar="ADDR", help="join this Ray cluster (default: start a local one)")
+    args = p.parse_args(argv)
+    if args.replicas < 1:
+        p.error(f"--replicas must be at least 1, got {args.replicas}")
+    if not 0 < args.port < 65536:
+        p.error(f"--port must be between 1 and 65535, got {args.port}")
+    for name in ("max_batch", "max_queue"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if not 0 < args.timeout <= 24 * 3600:
+        p.error(f"--timeout must be more than 0 and at most 86400 seconds, got {args.timeout:g}")
+    if not 0 < args.max_body_mb <= 1024:
+        p.error(f"--max-body-mb must be more than 0 and at most 1024, got {args.max_body_mb:g}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    import os
+
+    import uvicorn
+
+    from app.common import LOAD_ERRORS, open_engine, startup_line
+
+    args = parse_args(argv)
+    api_key = args.api_key or os.environ.get("MDPIPE_API_KEY") or None
+    limits = ServeLimits(max_body_bytes=int(args.max_body_mb * (1 << 20)), timeout=args.timeout)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: serving on {args.host}: reachable from the network"
+              + ("" if api_key else "; pass --api-key to require a key"), file=sys.stderr)
+    if args.ray:
+        from app.serve_ray import run_ray
+        return run_ray(args, api_key, limits)
+    try:
+        engine = open_engine(args.weights, tokenizer=args.tokenizer, device=args.device, dtype=args.dtype,
+                             max_batch=args.max_batch, max_queue=args.max_queue, progress=sys.stderr.isatty())
+    except LOAD_ERRORS as e:
+        print(f"error: cannot load the model: {one_line(e)}", file=sys.stderr)
+        return 2
+    print(startup_line(engine), file=sys.stderr, flush=True)
+    engine.start()
+    try:
+        uvicorn.run(build_app(engine, api_key=api_key, limits=limits), host=args.host, port=args.port,
+                    log_level="warning")
+    finally:
+        engine.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

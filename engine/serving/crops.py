@@ -1,0 +1,67 @@
+"""`CropService`: overlap crops made off the engine thread, once per image, only when needed.
+
+`Engine.submit` decodes the image and hashes its pixels in the caller's thread (`decode_image`);
+it asks for crops only if the image's prefix is not cached. Crops run on a small thread pool (the resize
+releases the GIL), so neither the caller nor the engine's step loop waits for them; requests
+for an image whose crops are already being made share that work. The scheduler admits a
+request that needs crops only once they are ready (`Future.done()`); a request whose prefix
+is cached by then never looks at them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable
+
+import numpy as np
+from PIL import Image
+
+from engine.model.config import VisionConfig
+from engine.model.image import MAX_PIXELS, ImageSource, load_image, overlap_crop_image
+
+
+def pixel_key(pixels: bytes | memoryview, size: tuple[int, int]) -> str:
+    """The prefix-cache key of RGB pixels (row-major uint8 HxWx3 bytes) of `size` (width, height)."""
+    digest = hashlib.sha256(pixels)  # hashlib releases the GIL while it hashes
+    digest.update(repr(tuple(size)).encode())
+    return digest.hexdigest()
+
+
+def decode_image(source: ImageSource) -> tuple[str, Image.Image | np.ndarray]:
+    """(prefix-cache key, pixels) of a request's image, in the caller's thread.
+
+    An RGB uint8 array is hashed as it is and copied (the caller may reuse it); anything else
+    goes through `load_image` (decode, EXIF, RGB). Both give the same key for the same pixels.
+    """
+    if (isinstance(source, np.ndarray) and source.dtype == np.uint8 and source.ndim == 3 and source.shape[2] == 3
+            and 0 < source.shape[0] * source.shape[1] <= MAX_PIXELS):
+        pixels = np.array(source, order="C")  # [H, W, 3]
+        return pixel_key(pixels.data, (pixels.shape[1], pixels.shape[0])), pixels
+    picture = load_image(source)
+    return pixel_key(picture.tobytes(), picture.size), picture
+
+
+class CropService:
+    def __init__(self, vision: VisionConfig, threads: int, on_ready: Callable[[], None] = lambda: None) -> None:
+        self.vision = vision
+        self.threads = threads
+        self.on_ready = on_ready
+        self.pool: ThreadPoolExecutor | None = None
+        self.lock = threading.Lock()
+        # Only requests hold these futures: an image's entry lives as long as one of them needs it.
+        self.pending: weakref.WeakValueDictionary[str, Future] = weakref.WeakValueDictionary()
+
+    def request(self, key: str, picture: Image.Image) -> Future:
+        """The crops of `picture` (a Future of `OverlapCrops`), shared with every request for `key`."""
+        with self.lock:
+            future = self.pending.get(key)
+            if future is None:
+                if self.pool is None:
+                    self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="crops")
+                future = self.pool.submit(overlap_crop_image, picture, self.vision)
+                future.add_done_callback(lambda _: self.on_ready())
+                self.pending[key] = future
+            return future

@@ -1,0 +1,326 @@
+"""Whole-request load benchmark: closed-loop clients through the public `Engine` API.
+
+    python -m engine.loadbench [--device cuda|cpu] [--preset moondream2|tiny] [--size 640x480]
+                               [--tasks detect,point] [--modes unique,same] [--conc 1,32,64]
+                               [--max-objects 10] [--max-prefill N] [--crop-threads N] [--json OUT]
+
+The scenario of the Kestrel side-by-side (docs in the README): random weights with the
+coordinate logit raised, so every request emits exactly `--max-objects` objects (detect: 3
+tokens each, point: 2, then EOS); one `--size` RGB image per request; `c` client threads, each
+sending its next request when its last one returns. `unique`: every request a different image
+(a few pixels changed: every request misses the prefix cache); `same`: one image for all.
+A warm-up wave (one request per client, other images) runs before each timed row.
+
+Per row: requests/s, latency mean/p50/p90 (submit → result), time to first object (submit →
+the first `on_object` callback) and decode steps per second. If any request returns a number
+of objects other than `--max-objects`, the run stops without printing a table: its rows would
+not measure the scenario.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import platform
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import torch
+from PIL import Image
+
+from engine.model.checkpoint import save_checkpoint
+from engine.model.config import PRESETS
+from engine.model.image import load_image, overlap_crop_image
+from engine.serving.engine import Engine
+from engine.serving.skills import prompt_ids
+from engine.serving.limits import kv_positions
+from engine.tools.bench import build_model
+from engine.training.vocab import stand_in_tokenizer
+from engine.worker.runner import PrefillItem
+
+OBJECT = "car"
+
+
+class ImageSource:
+    """Request images: `same` returns one image; `unique` changes 4 pixels of it per request."""
+
+    def __init__(self, width: int, height: int, mode: str, seed: int) -> None:
+        self.base = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+        self.mode = mode
+        self.counter = 0
+        self.lock = threading.Lock()
+
+    def next(self) -> np.ndarray:
+        if self.mode == "same":
+            return self.base
+        with self.lock:
+            self.counter += 1
+            n = self.counter
+        image = self.base.copy()
+        flat = image.reshape(-1, 3)
+        for k in range(4):  # a distinct pixel pattern per request (n < 256**4)
+            flat[k] = (n >> (8 * k)) & 0xFF
+        return image
+
+
+class MismatchError(RuntimeError):
+    pass
+
+
+class EngineTarget:
+    """Requests through the in-process `Engine` API (the first object's time from `on_object`)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def send(self, image: np.ndarray, task: str, max_objects: int) -> tuple[dict, float | None]:
+        first: list[float] = []
+        handle = self.engine.submit(image, task, OBJECT, max_objects=max_objects,
+                                    on_object=lambda _obj: first or first.append(time.perf_counter()))
+        return handle.result(), (first[0] if first else None)
+
+    def decode_steps(self) -> int:
+        return self.engine.decode_steps
+
+
+class HttpTarget:
+    """Requests to `python -m app.serve` over HTTP, in the moondream client's wire format (a JPEG
+    data URL, quality 95, encoded in the client thread as the client does); decode steps from
+    the server's /metrics. Over HTTP an answer arrives whole: no time to first object."""
+
+    def __init__(self, url: str, api_key: str | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.headers = {"Content-Type": "application/json", **({"X-Moondream-Auth": api_key} if api_key else {})}
+        self.encoded: dict[int, str] = {}  # one encoding of the `same` image
+
+    def image_url(self, image: np.ndarray) -> str:
+        key = id(image)
+        if key in self.encoded:
+            return self.encoded[key]
+        buf = io.BytesIO()
+        Image.fromarray(image).save(buf, format="JPEG", quality=95)
+        url = "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
+        return url
+
+    def send(self, image: np.ndarray, task: str, max_objects: int) -> tuple[dict, float | None]:
+        body = json.dumps({"image_url": self.image_url(image), "object": OBJECT,
+                           "settings": {"max_objects": max_objects}}).encode()
+        req = urllib.request.Request(f"{self.url}/{task}", data=body, headers=self.headers)
+        try:
+            with urllib.request.urlopen(req, timeout=600) as r:
+                return json.loads(r.read()), None
+        except urllib.error.HTTPError as e:
+            raise RuntimeError(f"{task} answered HTTP {e.code}: {e.read()[:300]!r}") from None
+
+    def keep(self, image: np.ndarray) -> None:
+        """Encode `image` once, before the timed wave (the `same` mode's one image)."""
+        self.encoded[id(image)] = self.image_url(image)
+
+    def decode_steps(self) -> int:
+        root = self.url.removesuffix("/v1")
+        with urllib.request.urlopen(f"{root}/metrics", timeout=60) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("mdpipe_decode_steps "):
+                    return int(float(line.split()[1]))
+        raise RuntimeError(f"{root}/metrics has no mdpipe_decode_steps: is this python -m app.serve?")
+
+
+def run_wave(target, images: ImageSource, task: str, clients: int, per_client: int, max_objects: int) -> dict:
+    """`clients` threads, `per_client` requests each, closed loop. Returns raw timings."""
+    latencies: list[float] = []
+    first_object: list[float] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def client() -> None:
+        for _ in range(per_client):
+            image = images.next()
+            start = time.perf_counter()
+            try:
+                result, first = target.send(image, task, max_objects)
+            except BaseException as e:  # reported after the wave
+                with lock:
+                    errors.append(e)
+                return
+            end = time.perf_counter()
+            found = len(result["objects" if task == "detect" else "points"])
+            with lock:
+                if found != max_objects:
+                    errors.append(MismatchError(f"a {task} request returned {found} objects, not {max_objects}"))
+                latencies.append(end - start)
+                first_object.append(first - start if first is not None else float("nan"))
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    steps0 = target.decode_steps()
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return {"latencies": latencies, "first_object": first_object, "wall": wall,
+            "decode_steps": target.decode_steps() - steps0}
+
+
+@torch.inference_mode()
+def prefill_probe(engine: Engine, width: int, height: int, counts: list[int], repeats: int = 3) -> dict[int, float]:
+    """Milliseconds (best of `repeats`, device synchronised) of one prefill step of n new images:
+    vision + image prefix + prompt, on KV rows 0..n-1 before the engine serves anything."""
+    cfg = engine.model_config
+    source = ImageSource(width, height, "unique", 99)
+    crops = overlap_crop_image(load_image(source.next()), cfg.vision)
+    prompt = prompt_ids(cfg.tokens, lambda s: engine.tokenizer.encode(s).ids, "detect", OBJECT)
+    out = {}
+    for n in counts:
+        items = [PrefillItem(row, crops, None, prompt) for row in range(n)]
+        best = float("inf")
+        for _ in range(repeats + 1):  # the first run warms the allocator and kernels
+            engine.runner.synchronize()
+            start = time.perf_counter()
+            engine.runner.launch_prefill(items, keep_prefixes=False)
+            engine.runner.synchronize()
+            best = min(best, time.perf_counter() - start)
+        out[n] = best * 1e3
+    return out
+
+
+def summarise(task: str, mode: str, clients: int, raw: dict) -> dict:
+    lat = np.array(raw["latencies"]) * 1e3
+    ttfo = np.array(raw["first_object"]) * 1e3
+    n = len(lat)
+    return {"task": task, "image": mode, "c": clients, "requests": n, "req_per_s": n / raw["wall"],
+            "latency_mean_ms": float(lat.mean()), "latency_p50_ms": float(np.percentile(lat, 50)),
+            "latency_p90_ms": float(np.percentile(lat, 90)),
+            "first_object_mean_ms": float(np.nanmean(ttfo)) if np.isfinite(ttfo).any() else None,
+            "first_object_p50_ms": float(np.nanpercentile(ttfo, 50)) if np.isfinite(ttfo).any() else None,
+            "decode_steps_per_s": raw["decode_steps"] / raw["wall"]}
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise SystemExit(f"--size must look like 640x480, got {text!r}") from None
+    if w < 1 or h < 1:
+        raise SystemExit(f"--size must be positive, got {text!r}")
+    return w, h
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m engine.loadbench", description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--preset", default="moondream2", choices=sorted(PRESETS))
+    p.add_argument("--dtype", default=None, help="default: bf16 on cuda, fp32 on cpu")
+    p.add_argument("--size", default="640x480", help="image width x height")
+    p.add_argument("--tasks", default="detect,point")
+    p.add_argument("--modes", default="unique,same")
+    p.add_argument("--conc", default="1,32,64", help="closed-loop client counts")
+    p.add_argument("--max-objects", type=int, default=10)
+    p.add_argument("--requests", type=int, default=20, help="requests of a single client (c=1)")
+    p.add_argument("--per-client", type=int, default=6, help="requests per client when c > 1")
+    p.add_argument("--max-batch", type=int, default=None, help="engine KV rows (default: the largest --conc)")
+    p.add_argument("--prefix-cache", type=int, default=16, help="engine prefix_cache_size")
+    p.add_argument("--max-prefill", type=int, default=None, help="engine max_prefill: new images per step")
+    p.add_argument("--max-prefill-cached", type=int, default=None, help="engine max_prefill_cached")
+    p.add_argument("--crop-threads", type=int, default=None, help="engine crop_threads")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, help="write the table as JSON here")
+    p.add_argument("--url", default=None, metavar="URL",
+                   help="drive a running `python -m app.serve` at URL (e.g. http://127.0.0.1:2020/v1) instead of "
+                        "an in-process engine; start it on a checkpoint from --save-checkpoint")
+    p.add_argument("--api-key", default=None, help="the server's --api-key (with --url)")
+    p.add_argument("--save-checkpoint", default=None, metavar="DIR",
+                   help="only write this scenario's model (random weights, coordinate logit raised) as a "
+                        "checkpoint directory for `python -m app.serve --weights DIR`, then exit")
+    args = p.parse_args(argv)
+    tasks, modes = args.tasks.split(","), args.modes.split(",")
+    for t in tasks:
+        if t not in ("detect", "point"):
+            raise SystemExit(f"--tasks: unknown task {t!r} (use detect, point)")
+    for m in modes:
+        if m not in ("unique", "same"):
+            raise SystemExit(f"--modes: unknown mode {m!r} (use unique, same)")
+    conc = [int(c) for c in args.conc.split(",")]
+    width, height = parse_size(args.size)
+    dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
+    if args.url is not None:
+        target, engine, probe, graphs = HttpTarget(args.url, args.api_key), None, {}, 0
+        where = f"python -m app.serve at {args.url}"
+    else:
+        model = build_model(args.preset, args.device, dtype, args.seed)
+        cfg = model.config
+        tokenizer = stand_in_tokenizer(cfg)
+        if args.save_checkpoint:
+            state = {"model." + k: v.detach().to("cpu", torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+            save_checkpoint(args.save_checkpoint, state, cfg, tokenizer.to_str(), preset=args.preset)
+            print(f"wrote the {args.preset} scenario checkpoint (coordinate logit raised) to {args.save_checkpoint}")
+            return 0
+        tuning = {name: value for name, value in (("max_prefill", args.max_prefill),
+                                                   ("max_prefill_cached", args.max_prefill_cached),
+                                                   ("crop_threads", args.crop_threads)) if value is not None}
+        try:
+            engine = Engine(model, tokenizer, max_batch=args.max_batch or max(conc),
+                            prefix_cache_size=args.prefix_cache, max_objects=args.max_objects, **tuning)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+        prompt = prompt_ids(cfg.tokens, lambda s: tokenizer.encode(s).ids, "detect", OBJECT)
+        graphs = engine.runner.capture_all(kv_positions(cfg.prefix_len, len(prompt), "detect", args.max_objects))
+        probe = prefill_probe(engine, width, height, [1, min(8, engine.config.max_batch)])
+        engine.start()
+        target = EngineTarget(engine)
+        where = f"in-process engine, max_batch {engine.config.max_batch}, {graphs} CUDA graphs"
+    rows = []
+    seed = args.seed
+    try:
+        for task in tasks:
+            for mode in modes:
+                for c in conc:
+                    seed += 1
+                    images = ImageSource(width, height, mode, seed)
+                    warm = ImageSource(width, height, mode, seed + 10_000)
+                    if isinstance(target, HttpTarget):
+                        target.keep(images.base)
+                        target.keep(warm.base)
+                    run_wave(target, warm, task, c, 1, args.max_objects)
+                    raw = run_wave(target, images, task, c, args.requests if c == 1 else args.per_client,
+                                   args.max_objects)
+                    rows.append(summarise(task, mode, c, raw))
+                    print(f"  {task} {mode} c={c}: {rows[-1]['req_per_s']:.1f} req/s", flush=True)
+    except MismatchError as e:
+        raise SystemExit(f"refusing to report: {e} (the scenario needs every request to reach --max-objects)")
+    finally:
+        if engine is not None:
+            engine.close()
+    gpu = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
+    print(f"{args.preset} {dtype} on {gpu}; {width}x{height} images, {args.max_objects} objects/request; {where}")
+    if probe:
+        print("prefill step of new images (vision + prefix + prompt): "
+              + ", ".join(f"{n} image{'s' * (n > 1)} {ms:.1f} ms ({ms / n:.1f} ms/image)" for n, ms in probe.items()))
+    print(f"{'task':>6} {'image':>6} {'c':>3} {'reqs':>5} {'req/s':>8} {'mean ms':>8} {'p50 ms':>8} {'p90 ms':>8} "
+          f"{'1st obj ms':>10} {'decode steps/s':>14}")
+    for r in rows:
+        print(f"{r['task']:>6} {r['image']:>6} {r['c']:>3} {r['requests']:>5} {r['req_per_s']:>8.1f} "
+              f"{r['latency_mean_ms']:>8.1f} {r['latency_p50_ms']:>8.1f} {r['latency_p90_ms']:>8.1f} "
+              f"{'n/a' if r['first_object_mean_ms'] is None else format(r['first_object_mean_ms'], '.1f'):>10} "
+              f"{r['decode_steps_per_s']:>14.1f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            settings = {} if engine is None else {
+                "max_batch": engine.config.max_batch, "max_prefill": engine.config.max_prefill,
+                "max_prefill_cached": engine.config.max_prefill_cached, "crop_threads": engine.config.crop_threads,
+                "prefix_cache_size": args.prefix_cache}
+            json.dump({"device": gpu, "preset": args.preset, "dtype": dtype, "size": [width, height],
+                       "max_objects": args.max_objects, "target": where, **settings,
+                       "prefill_ms": {str(n): ms for n, ms in probe.items()}, "torch": torch.__version__, "rows": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,81 @@
+"""`python -m engine.loadbench` on the CPU (tiny preset): the table, the JSON, and the refusal."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.tools import loadbench
+
+
+def test_loadbench_tiny_cpu_writes_every_row(tmp_path, capsys):
+    out = tmp_path / "lb.json"
+    assert loadbench.main(["--preset", "tiny", "--device", "cpu", "--size", "160x120", "--conc", "1,3",
+                           "--requests", "2", "--per-client", "1", "--max-objects", "3", "--max-prefill", "2",
+                           "--crop-threads", "1", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert (data["max_prefill"], data["crop_threads"], data["max_batch"]) == (2, 1, 3)
+    assert [(r["task"], r["image"], r["c"]) for r in data["rows"]] == [
+        (t, m, c) for t in ("detect", "point") for m in ("unique", "same") for c in (1, 3)]
+    for r in data["rows"]:
+        assert r["requests"] == (2 if r["c"] == 1 else 3)
+        assert r["req_per_s"] > 0 and r["decode_steps_per_s"] > 0
+        assert 0 < r["first_object_mean_ms"] <= r["latency_mean_ms"]
+        assert r["latency_p50_ms"] <= r["latency_p90_ms"]
+    assert "req/s" in capsys.readouterr().out
+
+
+def test_unique_images_differ_and_same_images_do_not():
+    unique = loadbench.ImageSource(8, 4, "unique", 0)
+    a, b = unique.next(), unique.next()
+    assert (a != b).any() and (a != unique.base).any()
+    same = loadbench.ImageSource(8, 4, "same", 0)
+    assert same.next() is same.next()
+
+
+class ShortTarget:
+    """Answers every request with fewer objects than asked."""
+
+    def send(self, image, task, max_objects):
+        return {"objects": [], "points": []}, None
+
+    def decode_steps(self) -> int:
+        return 0
+
+
+def test_a_short_answer_voids_the_run():
+    with pytest.raises(loadbench.MismatchError, match="returned 0 objects, not 2"):
+        loadbench.run_wave(ShortTarget(), loadbench.ImageSource(8, 4, "same", 0), "detect", 2, 1, 2)
+
+
+def test_bad_options_are_one_clear_line():
+    with pytest.raises(SystemExit, match="--size must look like 640x480"):
+        loadbench.main(["--preset", "tiny", "--device", "cpu", "--size", "big"])
+    with pytest.raises(SystemExit, match="crop_threads must be a positive whole number"):
+        loadbench.main(["--preset", "tiny", "--device", "cpu", "--crop-threads", "0", "--conc", "1"])
+
+
+def test_loadbench_drives_the_http_server(tmp_path):
+    """--save-checkpoint writes the scenario's model; --url measures `app.serve` serving it."""
+    from app.common import open_engine
+    from engine.tools.loadbench import main
+    from tests.http_server import Server
+
+    ckpt = tmp_path / "scenario"
+    assert main(["--device", "cpu", "--preset", "tiny", "--max-objects", "3", "--save-checkpoint", str(ckpt)]) == 0
+    engine = open_engine(ckpt, device="cpu", dtype="fp32", max_batch=4).start()
+    server = Server(engine)
+    try:
+        out = tmp_path / "http.json"
+        assert main(["--device", "cpu", "--preset", "tiny", "--url", server.url, "--max-objects", "3",
+                     "--size", "120x90", "--tasks", "detect", "--conc", "1,2", "--requests", "2", "--per-client", "2",
+                     "--json", str(out)]) == 0
+    finally:
+        server.close()
+        engine.close()
+    report = json.loads(out.read_text())
+    assert report["target"].startswith("python -m app.serve")
+    assert [(r["image"], r["c"]) for r in report["rows"]] == [("unique", 1), ("unique", 2), ("same", 1), ("same", 2)]
+    assert all(r["req_per_s"] > 0 and r["decode_steps_per_s"] > 0 and r["first_object_mean_ms"] is None
+               for r in report["rows"])

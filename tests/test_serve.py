@@ -1,0 +1,220 @@
+"""`python -m app.serve`: the Moondream HTTP API, driven by the official `moondream` client
+(installed with --no-deps; its Photon local mode needs Kestrel, which we never import).
+
+The server runs in-process (uvicorn in a thread) on the embedded model; every answer is compared
+with the in-process engine's answer for the same image bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import os
+import signal
+import subprocess
+import sys
+import io
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import moondream as md
+import pytest
+from PIL import Image
+
+from app.common import open_engine
+from app.serve import ServeLimits, parse_args
+from app.tools.screenshot import free_port
+from tests.conftest import torch_threads
+from tests.http_server import Server
+
+KEY = "s3cret-key"
+SAMPLES = Path(__file__).resolve().parent.parent / "assets" / "samples"
+
+
+def jpeg_bytes(image: Image.Image) -> bytes:
+    """The client's own encoding (RGB JPEG, quality 95): the server decodes exactly these bytes."""
+    buf = io.BytesIO()
+    image.convert("RGB").save(buf, format="JPEG", quality=95)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def served():
+    with torch_threads(1):
+        engine = open_engine(None, max_batch=8, max_queue=16).start()
+        server = Server(engine, api_key=KEY, limits=ServeLimits(max_body_bytes=2 << 20, timeout=120))
+        try:
+            yield server
+        finally:
+            server.close()
+            engine.close()
+
+
+@pytest.fixture(scope="module")
+def scene():
+    return Image.open(SAMPLES / "scene_0.png").convert("RGB"), None
+
+
+def post(url: str, payload: dict | bytes, headers: dict | None = None) -> tuple[int, dict]:
+    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def data_url(image: Image.Image) -> str:
+    return "data:image/jpeg;base64," + base64.b64encode(jpeg_bytes(image)).decode()
+
+
+def test_the_official_client_gets_the_engines_answers(served, scene):
+    image, _ = scene
+    model = md.vl(endpoint=served.url, api_key=KEY)
+    for obj in ("red circle", "star", "blue"):
+        want_boxes = served.engine.detect(jpeg_bytes(image), obj, timeout=120)
+        want_points = served.engine.point(jpeg_bytes(image), obj, timeout=120)
+        assert model.detect(image, obj) == want_boxes
+        assert model.point(image, obj) == want_points
+    capped = model.detect(image, "star", settings={"max_objects": 1})["objects"]
+    assert len(capped) <= 1
+
+
+@pytest.mark.parametrize("payload,status,words", [
+    ({"image_url": "data:image/jpeg;base64,@@not base64@@", "object": "star"}, 400, "invalid base64"),
+    ({"image_url": "https://example.com/cat.jpg", "object": "star"}, 400, "data URL"),
+    ({"object": "star"}, 400, "image_url is missing"),
+    ({"image_url": "data:image/png;base64," + base64.b64encode(b"not an image").decode(), "object": "star"}, 400,
+     "cannot read image"),
+    ("IMAGE", 400, "object to find is empty"),
+    ("SETTINGS", 400, "max_objects must be"),
+])
+def test_bad_requests_get_one_line_reasons(served, scene, payload, status, words):
+    image, _ = scene
+    if payload == "IMAGE":
+        payload = {"image_url": data_url(image), "object": "   "}
+    elif payload == "SETTINGS":
+        payload = {"image_url": data_url(image), "object": "star", "settings": {"max_objects": 10_000}}
+    code, body = post(served.url + "/detect", payload, {"X-Moondream-Auth": KEY})
+    assert code == status and words in body["error"], body
+    assert "\n" not in body["error"] and "Traceback" not in body["error"] and "/work" not in body["error"]
+
+
+def test_api_key_is_required_and_checked(served, scene):
+    image, _ = scene
+    payload = {"image_url": data_url(image), "object": "star"}
+    for headers in ({}, {"X-Moondream-Auth": "wrong"}, {"Authorization": "Bearer nope"}):
+        code, body = post(served.url + "/detect", payload, headers)
+        assert code == 401 and "API key" in body["error"]
+    assert post(served.url + "/detect", payload, {"Authorization": f"Bearer {KEY}"})[0] == 200
+    with pytest.raises(urllib.error.HTTPError) as info:
+        md.vl(endpoint=served.url, api_key="wrong").detect(image, "star")
+    assert info.value.code == 401
+
+
+def test_too_large_and_not_json(served):
+    # Refused from the declared length, before the body is read (the client has sent only headers).
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=30)
+    conn.putrequest("POST", "/v1/detect")
+    for name, value in (("Content-Type", "application/json"), ("Content-Length", str(3 << 20)),
+                        ("X-Moondream-Auth", KEY)):
+        conn.putheader(name, value)
+    conn.endheaders()
+    response = conn.getresponse()
+    assert response.status == 413 and "larger than 2 MiB" in json.loads(response.read())["error"]
+    conn.close()
+    code, body = post(served.url + "/point", b"not json", {"X-Moondream-Auth": KEY})
+    assert code == 400 and "not valid JSON" in body["error"]
+
+
+def test_64_concurrent_clients_all_answered_or_told_busy(served, scene):
+    image, _ = scene
+    payload = {"image_url": data_url(image), "object": "star", "settings": {"max_objects": 3}}
+
+    def call(_):
+        return post(served.url + "/point", payload, {"X-Moondream-Auth": KEY})
+
+    with ThreadPoolExecutor(64) as pool:
+        answers = list(pool.map(call, range(64)))
+    codes = [code for code, _ in answers]
+    assert set(codes) <= {200, 429}, codes
+    assert codes.count(200) >= 16  # the queue holds 16 waiting requests, plus those decoding
+    assert all("points" in body for code, body in answers if code == 200)
+    assert all("busy" in body["error"] for code, body in answers if code == 429)
+
+
+def test_disconnect_cancels_the_request_and_frees_its_row(served, scene):
+    image, _ = scene
+    engine = served.engine
+    gate, real_step = threading.Event(), engine.step
+    engine.step = lambda: (gate.wait(timeout=60), real_step())[1]  # hold the engine until the client is gone
+    try:
+        body = json.dumps({"image_url": data_url(image), "object": "star"}).encode()
+        conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=30)
+        conn.request("POST", "/v1/detect", body, {"Content-Type": "application/json", "X-Moondream-Auth": KEY})
+        deadline = time.monotonic() + 60
+        while engine.queued() + engine.pools()["running"] == 0:  # the request reached the engine
+            assert time.monotonic() < deadline, "the request never reached the engine"
+            time.sleep(0.01)
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+    finally:
+        gate.set()
+        del engine.step
+    deadline = time.monotonic() + 60
+    while any(engine.pools()[k] for k in ("rows_in_use", "running", "waiting", "steps_in_flight")):
+        assert time.monotonic() < deadline, engine.pools()
+        time.sleep(0.01)
+
+
+def test_health_and_metrics(served, scene):
+    with urllib.request.urlopen(served.url.removesuffix("/v1") + "/health", timeout=30) as r:
+        assert json.loads(r.read())["status"] == "ok"
+    with urllib.request.urlopen(served.url.removesuffix("/v1") + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    for series in ("mdpipe_queue_depth", "mdpipe_running", "mdpipe_decode_steps", "mdpipe_request_seconds_bucket",
+                   'mdpipe_requests_total{endpoint="detect",status="200"}'):
+        assert series in text, series
+
+
+def test_arguments_are_checked(capsys):
+    assert parse_args([]).host == "127.0.0.1" and parse_args([]).port == 2020
+    for bad in (["--port", "0"], ["--timeout", "-1"], ["--max-queue", "0"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
+        assert "error:" in capsys.readouterr().err
+
+
+def test_ray_serve_replicas_answer_like_the_engine(served, scene, tmp_path):
+    """`--ray --replicas 2`: two engine replicas behind Ray Serve's proxy, same answers and errors."""
+    image, _ = scene
+    port = free_port()
+    root = Path(__file__).resolve().parent.parent
+    log = open(tmp_path / "serve.log", "w")  # Ray logs a lot: a file, not a pipe nobody reads
+    proc = subprocess.Popen([sys.executable, "-m", "app.serve", "--ray", "--replicas", "2", "--port", str(port),
+                             "--api-key", KEY], cwd=root, stdout=subprocess.PIPE, stderr=log, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        for line in proc.stdout:  # blocks until the application is ready (or the process ends)
+            if line.startswith("serving on"):
+                break
+        else:
+            pytest.fail(f"the Ray Serve app did not start: {(tmp_path / 'serve.log').read_text()[-3000:]}")
+        model = md.vl(endpoint=f"http://127.0.0.1:{port}/v1", api_key=KEY)
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda obj: model.point(image, obj), ["star", "blue", "red circle", "star"] * 2))
+        want = {obj: served.engine.point(jpeg_bytes(image), obj, timeout=120) for obj in ("star", "blue", "red circle")}
+        assert got == [want[obj] for obj in ["star", "blue", "red circle", "star"] * 2]
+        code, body = post(f"http://127.0.0.1:{port}/v1/detect", {"object": "star"}, {"X-Moondream-Auth": KEY})
+        assert code == 400 and "image_url is missing" in body["error"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+        log.close()

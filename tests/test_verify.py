@@ -1,0 +1,60 @@
+"""`python -m engine.verify`: reference decoder vs pipelined engine, with the logit comparison."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from PIL import Image
+
+import engine.tools.verify as verify
+from engine.verify import main
+
+from .conftest import random_image, torch_threads
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("verify_samples")
+    Image.fromarray(random_image(3, 90, 120)).save(folder / "a.png")
+    return folder
+
+
+def run(capsys, *args):
+    with torch_threads(1):
+        code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_identical_outputs_pass(capsys, eager_ckpt, samples):
+    code, out, err = run(capsys, "--weights", str(eager_ckpt), "--samples", str(samples), "--objects", "red circle",
+                         "--max-objects", "3", "--steps", "4")
+    assert code == 0, out + err
+    assert out.splitlines()[0].startswith(f"model: {eager_ckpt} · ") and "· cpu · fp32" in out
+    rows = [line for line in out.splitlines() if line.startswith("a.png")]
+    assert len(rows) == 2 and all("reference  3  pipelined  3  identical" in r for r in rows), out
+    # the eager checkpoint always continues: decisions after the prompt and after objects 1 and 2 (the cap ends it)
+    assert all("(3 decisions)" in r for r in rows), out
+    worst = float(re.search(r"max \|logit difference\| over the first 4 decisions: (\S+)", out).group(1))
+    assert 0 <= worst < 1e-3
+    assert "PASS: 2/2 outputs identical" in out
+
+
+def test_a_difference_fails(capsys, eager_ckpt, samples, monkeypatch):
+    real = verify.reference_generate
+
+    def off_by_one(*args, **kwargs):
+        result = real(*args, **kwargs)
+        key = next(iter(result))
+        return {key: result[key][:-1]}
+
+    monkeypatch.setattr(verify, "reference_generate", off_by_one)
+    code, out, _ = run(capsys, "--weights", str(eager_ckpt), "--samples", str(samples), "--objects", "star",
+                       "--max-objects", "2", "--steps", "2")
+    assert code == 1 and "DIFFERENT" in out and "FAIL: 0/2 outputs identical" in out
+
+
+def test_unusable_weights_exit_2(capsys, tmp_path):
+    code, out, err = run(capsys, "--weights", str(tmp_path / "none"))
+    assert code == 2 and out == "" and err.startswith("error: ") and "not a checkpoint directory" in err
