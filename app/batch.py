@@ -1,39 +1,55 @@
-"""`python -m app.batch`: point/detect one object in every image of a folder.
+"""`python -m app.batch`: point/detect one or several object classes in every image given.
 
-    python -m app.batch DIR --task detect|point --object TEXT [--out OUT] [--max-objects N]
-                        [--recursive] [--draw] [--weights DIR|ID] [--tokenizer PATH|ID] [--device auto] [--dtype auto]
-                        [--window 64] [--limit N] [--retry-errors] [--quiet]
-                        [--ray [--address ADDR] [--replicas N] [--gpus-per-replica G]]
+    python -m app.batch INPUT [INPUT ...] --task detect|point --object TEXT [--object TEXT ...]
+                        [--objects-file FILE] [--format coco[,yolo]] [--min-score S]
+                        [--out OUT] [--max-objects N] [--recursive] [--draw] [--weights DIR|ID]
+                        [--tokenizer PATH|ID] [--device auto] [--dtype auto] [--window 64] [--limit N] [--retry-errors]
+                        [--quiet] [--ray [--address ADDR] [--replicas N] [--gpus-per-replica G]]
 
-Images (.jpg .jpeg .png .bmp .gif .webp .tif .tiff, any case; names starting with "." are
-ignored) are fed to one engine through a bounded window of requests in flight (`--window`,
-default 64), so the engine batches them. Everything is written under OUT, nothing elsewhere:
+An INPUT is a folder, an image file, or a text file (.txt/.lst) listing image paths, one a
+line (relative to the list's folder). Images (.jpg .jpeg .png .bmp .gif .webp .tif .tiff, any
+case; names starting with "." are ignored) are fed to one engine through a bounded window of
+images in flight (`--window`, default 64), so the engine batches them. Every class (`--object`,
+repeatable, then the lines of `--objects-file`) is asked of every image: one request per class,
+one image encode (the prefix cache serves the other classes). Paths are relative to ROOT: the
+one folder given, else the deepest folder holding every input. Everything is written under
+OUT, nothing elsewhere:
 
 * ``OUT/results.jsonl``: one line per image, appended (flush + fsync) as each completes:
   ``{"path": "sub/a.jpg", "width": 640, "height": 480, "task": "detect", "object": "cat",
-  "max_objects": 50, "result": {"objects": [...]}, "ms": 41.2}`` (normalised coordinates,
-  as the engine returns them; ``path`` is relative to DIR, with "/"), or, for an image that
-  could not be read, ``"error": "..."`` instead of ``result`` (and null width/height).
-* ``OUT/coco.json``: written at the end for the images of DIR that have a result (see
-  app/coco.py: detect -> bbox annotations; point -> one-keypoint annotations with a 1x1 px
-  bbox). Loadable with ``pycocotools.coco.COCO``.
+  "max_objects": 50, "result": {"objects": [...]}, "ms": 41.2, "queue_ms": 3.5}``
+  (normalised coordinates and a ``score`` per object, as the engine returns them; with several
+  classes ``object`` is their list and each object names its class in ``label``). ``ms`` is
+  the service time (the image's first request leaving the queue to its last result) and
+  ``queue_ms`` the wait for a KV row before that (engine clock). An image that could not be
+  read has ``"error": "..."`` instead of ``result`` (and null width/height).
+* ``OUT/coco.json``: written at the end for the images that have a result (see app/coco.py:
+  one category per class; detect -> bbox annotations; point -> one-keypoint annotations with
+  a 1x1 px bbox; ``score`` = the object's score). Loadable with ``pycocotools.coco.COCO``.
+* with ``--format coco,yolo`` (detect only): ``OUT/labels/``, ``OUT/images/`` (links) and
+  ``OUT/data.yaml`` for YOLO trainers (app/yolo.py).
 * ``OUT/annotated/<path>`` with ``--draw``: the image with its boxes/points drawn.
 
-OUT defaults to ``<DIR>-annotations`` beside DIR (DIR/../<name of DIR>-annotations), or
-``./annotations`` when DIR is the filesystem root. An OUT inside DIR is never scanned.
+``--min-score S`` leaves objects scoring below S out of coco.json, the YOLO labels, the
+drawings and the summary; results.jsonl keeps every object, so a re-run with another S
+re-exports without inference.
+
+OUT defaults to ``<ROOT>-annotations`` beside ROOT, or ``./annotations`` when ROOT is the
+filesystem root. An OUT inside an input folder is never scanned. Files follow the umask.
 
 Resuming: a re-run with the same OUT skips every image already in results.jsonl (images
 recorded with an error too, unless ``--retry-errors``; the newest line of an image wins).
 A torn last line left by a crash is detected and cut off (that image is done again). An OUT
-holding results for another task or object is refused. Only one run may use an OUT at a time.
-``--limit N`` stops after N new images (resume later). Ctrl-C finishes the requests in flight,
-records them, writes coco.json and exits with 130; a second Ctrl-C aborts at once (every line
-already written stays valid).
+holding results for another task or classes is refused. Only one run may use an OUT at a time.
+``--limit N`` stops after N new images (resume later). Ctrl-C stops submitting, cancels the
+requests still queued (not recorded: done again on resume), lets those being decoded finish,
+records them, writes the exports and exits with 130; a second Ctrl-C writes coco.json (and
+the YOLO export) from what is recorded and aborts at once.
 
-Exit status: 0 when no image of DIR failed, 1 when any did (in this run or an earlier one
-recorded in OUT), 2 for usage errors (bad arguments, no images, unusable OUT or weights),
-130 after Ctrl-C. With ``--draw``, a re-run also draws recorded images whose annotated copy
-is missing (from the recorded result, without inference).
+Exit status: 0 when no image failed, 1 when any did (in this run or an earlier one recorded
+in OUT), 2 for usage errors (bad arguments, no images, unusable OUT or weights), 130 after
+Ctrl-C. With ``--draw``, a re-run also draws recorded images whose annotated copy is missing
+(from the recorded result, without inference).
 
 ``--ray`` runs the same job as a Ray Data pipeline (app/batch_ray.py: CPU workers decode, N
 engine replicas infer) with the same outputs, resume rules and exit statuses; it needs the
@@ -43,11 +59,12 @@ optional extra (``pip install -e .[ray]``). Without ``--ray`` nothing imports Ra
 from __future__ import annotations
 import argparse
 import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from app.job import (RESULTS_NAME, LOADERS, UsageError, default_out, find_images, Journal, Job, new_record, request_error, draw_into, redraw, install_sigint, drain_on_sigint, check_prompt_length, plan, commit, report)
+from app.job import (FORMATS, RESULTS_NAME, collect_inputs, merge_results, record_timing, object_field, write_exports, LOADERS, UsageError, default_out, Journal, Job, new_record, request_error, draw_into, redraw, install_sigint, drain_on_sigint, check_prompt_length, plan, commit, report)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,10 +72,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from engine.model.pretrained import add_model_arguments
 
     p = argparse.ArgumentParser(prog="python -m app.batch",
-                                description="Point/detect one object in every image of a folder (JSONL + COCO).")
-    p.add_argument("dir", metavar="DIR", help="folder of images")
+                                description="Point/detect objects in every image of folders, files or lists "
+                                            "(JSONL + COCO, optionally YOLO).")
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="a folder of images, an image file, or a .txt/.lst file listing image paths (one a line); "
+                        "several may be given")
     p.add_argument("--task", required=True, choices=("detect", "point"))
-    p.add_argument("--object", required=True, metavar="TEXT", help="what to look for, e.g. 'red circle'")
+    p.add_argument("--object", action="append", default=[], metavar="TEXT",
+                   help="what to look for, e.g. 'red circle'; repeat for several classes")
+    p.add_argument("--objects-file", default=None, metavar="FILE",
+                   help="a text file with one object class a line (added after any --object)")
+    p.add_argument("--format", dest="formats", default="coco", metavar="LIST",
+                   help="exports to write besides results.jsonl: 'coco' (default) or 'coco,yolo'")
+    p.add_argument("--min-score", type=float, default=0.0, metavar="S",
+                   help="leave objects scoring below S (0-1) out of the exports and drawings (default 0; "
+                        "results.jsonl keeps every object)")
     p.add_argument("--out", default=None, metavar="OUT",
                    help="output folder (default: <DIR>-annotations beside DIR)")
     p.add_argument("--max-objects", type=int, default=DEFAULT_MAX_OBJECTS, metavar="N",
@@ -81,6 +109,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="GPUs reserved per replica (default: 1 on CUDA, i.e. --device cuda, or auto on a "
                         "machine with a GPU; else 0)")
     args = p.parse_args(argv)
+    formats = tuple(f.strip().lower() for f in args.formats.split(",") if f.strip())
+    unknown = sorted(set(formats) - set(FORMATS))
+    if unknown or not formats:
+        p.error(f"--format {args.formats!r}: choose from {', '.join(FORMATS)} (comma-separated)")
+    args.formats = tuple(sorted(set(formats) | {"coco"}, key=FORMATS.index))
+    if "yolo" in args.formats and args.task == "point":
+        p.error("--format yolo writes boxes; use --task detect (points have no box to train on)")
+    if not 0.0 <= args.min_score <= 1.0:
+        p.error(f"--min-score must be between 0 and 1, got {args.min_score:g}")
+    if not args.object and args.objects_file is None:
+        p.error("say what to look for: --object TEXT (repeatable) or --objects-file FILE")
     for name in ("max_batch", "window", "replicas"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -95,22 +134,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 @dataclass
 class Submitted:
-    """An image handed to the engine; its record is built when `handle.future` completes."""
+    """An image handed to the engine (one request per class); its record is built when `done`
+    (all of `handles` finished) completes."""
     rel: str
     base: dict
-    start: float
     picture: object
-    handle: object
+    handles: list
+    done: Future
+
+
+def all_done(futures: list[Future]) -> Future:
+    """A future that completes when every one of `futures` has."""
+    done, left, lock = Future(), [len(futures)], threading.Lock()
+
+    def one(_):
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            done.set_result(None)
+
+    for fut in futures:
+        fut.add_done_callback(one)
+    return done
 
 
 def start_one(engine, job: Job, rel: str) -> Submitted | dict | None:
-    """Load one image and submit it. Returns the request in flight, the image's error record,
-    or None when stopped before submitting."""
+    """Load one image and submit one request per class. Returns the requests in flight, the
+    image's error record, or None when stopped before submitting."""
     from engine import EngineBusy
     from engine import ImageError, load_image
 
     base = new_record(job, rel)
-    start = time.perf_counter()
     try:
         picture = load_image(job.root / rel)
     except ImageError as e:
@@ -118,30 +173,80 @@ def start_one(engine, job: Job, rel: str) -> Submitted | dict | None:
     except Exception as e:  # MemoryError, a decoder bug: this image only
         return {**base, "error": request_error(e)}
     base.update(width=picture.width, height=picture.height)
-    while True:
-        if job.stop.is_set():
-            return None
+    handles = []
+    for obj in job.classes:  # the first request encodes the image; the prefix cache serves the others
+        while True:
+            if job.stop.is_set():
+                for h in handles:
+                    h.cancel()
+                return None
+            try:
+                handles.append(engine.submit(picture, job.task, obj, max_objects=job.max_objects))
+                break
+            except EngineBusy:
+                time.sleep(0.05)
+            except ImageError as e:
+                return {**base, "error": str(e)}
+            except Exception as e:  # a request the engine refuses (RequestError) or cannot take: this image only
+                for h in handles:
+                    h.cancel()
+                return {**base, "error": request_error(e)}
+    return Submitted(rel, base, picture, handles, all_done([h.future for h in handles]))
+
+
+def finish_one(job: Job, done: Submitted) -> dict | None:
+    """The record of an image whose requests finished (drawn with --draw); None for an image
+    whose requests Ctrl-C cancelled (it is done again on resume)."""
+    from engine import Cancelled
+
+    results = []
+    for handle in done.handles:
         try:
-            return Submitted(rel, base, start, picture, engine.submit(picture, job.task, job.obj,
-                                                                     max_objects=job.max_objects))
-        except EngineBusy:
-            time.sleep(0.05)
-        except ImageError as e:
-            return {**base, "error": str(e)}
-        except Exception as e:  # a request the engine refuses (RequestError) or cannot take: this image only
-            return {**base, "error": request_error(e)}
-
-
-def finish_one(job: Job, done: Submitted) -> dict:
-    """The record of a finished request (drawn with --draw)."""
-    try:
-        result = done.handle.future.result(timeout=0)
-    except Exception as e:  # engine or request failure for this image only
-        return {**done.base, "error": request_error(e)}
-    record = {**done.base, "result": result, "ms": round((time.perf_counter() - done.start) * 1000.0, 1)}
+            results.append(handle.future.result(timeout=0))
+        except Cancelled:
+            if job.stop.is_set():
+                return None
+            return {**done.base, "error": "Cancelled: the request was cancelled"}
+        except Exception as e:  # engine or request failure for this image only
+            return {**done.base, "error": request_error(e)}
+    record = {**done.base, "result": merge_results(job.task, job.classes, results), **record_timing(done.handles)}
     if job.annotated is not None:
         draw_into(job, done.rel, done.picture, record)
     return record
+
+
+def cancel_unstarted(running) -> None:
+    """After Ctrl-C: cancel every request still waiting for a KV row (decoding ones finish)."""
+    for sub in running:
+        for handle in sub.handles:
+            if not handle.started():
+                handle.cancel()
+
+
+def read_classes(args) -> tuple[str, ...]:
+    """The --object texts then the --objects-file lines, each validated; duplicates refused."""
+    from engine.serving.skills import validate_request
+
+    texts = list(args.object)
+    if args.objects_file is not None:
+        try:
+            lines = Path(args.objects_file).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise UsageError(f"cannot read --objects-file {args.objects_file!r}: {e}") from None
+        texts += [line for line in lines if line.strip() and not line.strip().startswith("#")]
+        if not texts:
+            raise UsageError(f"--objects-file {args.objects_file!r} names no object (one class a line)")
+    classes: list[str] = []
+    for text in texts:
+        try:
+            obj, _ = validate_request(args.task, text, args.max_objects)
+            check_prompt_length(args.weights, args.tokenizer, args.task, obj)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        if obj in classes:
+            raise UsageError(f"the object {obj!r} is given twice; give each class once")
+        classes.append(obj)
+    return tuple(classes)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -150,21 +255,23 @@ def run(args: argparse.Namespace) -> int:
     if args.ray:
         from app.batch_ray import require_ray
         require_ray()  # UsageError naming the extra when Ray is not installed
-    root = Path(args.dir)
-    if not root.is_dir():
-        raise UsageError(f"{args.dir!r} is not a folder")
+    classes = read_classes(args)
     try:
-        obj, max_objects = validate_request(args.task, args.object, args.max_objects)
-        check_prompt_length(args.weights, args.tokenizer, args.task, obj)
+        _, max_objects = validate_request(args.task, classes[0], args.max_objects)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    out = Path(args.out) if args.out is not None else default_out(root)
+    single_dir = len(args.inputs) == 1 and Path(args.inputs[0]).is_dir()
+    if args.out is None:
+        root, _ = collect_inputs(args.inputs, recursive=args.recursive)
+        out = default_out(root)
+    else:
+        out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {str(out)!r} exists and is not a folder")
-    images = find_images(root, recursive=args.recursive, exclude=out)
+    root, images = collect_inputs(args.inputs, recursive=args.recursive, exclude=out)
     if not images:
-        hint = "" if args.recursive else " (use --recursive for sub-folders)"
-        raise UsageError(f"no images found in {str(root)!r}{hint}")
+        hint = " (use --recursive for sub-folders)" if not args.recursive and single_dir else ""
+        raise UsageError(f"no images found in {', '.join(repr(i) for i in args.inputs)}{hint}")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -175,26 +282,26 @@ def run(args: argparse.Namespace) -> int:
         records = journal.load()
         if journal.repaired:
             print(f"note: cut a torn last line ({journal.repaired} bytes) off {journal.path}", file=sys.stderr)
+        wanted = object_field(classes)
         for rec in records.values():
-            if (rec.get("task"), rec.get("object")) != (args.task, obj):
+            if (rec.get("task"), rec.get("object")) != (args.task, wanted):
                 raise UsageError(f"{journal.path} holds results for {rec.get('task')} {rec.get('object')!r}, not "
-                                 f"{args.task} {obj!r}; choose another --out")
+                                 f"{args.task} {wanted!r}; choose another --out")
         if args.ray:
             from app.batch_ray import run_ray
-            return run_ray(args, root, out, journal, records, images, obj, max_objects)
-        return _run(args, root, out, journal, records, images, obj, max_objects)
+            return run_ray(args, root, out, journal, records, images, classes, max_objects)
+        return _run(args, root, out, journal, records, images, classes, max_objects)
     finally:
         journal.close()
 
 
-def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict], images: list[str], obj: str,
-         max_objects: int) -> int:
+def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict], images: list[str],
+         classes: tuple[str, ...], max_objects: int) -> int:
     from tqdm import tqdm
 
     from app.common import LOAD_ERRORS, open_engine, startup_line
 
-    todo, skipped, job, redraws = plan(args, root, out, records, images, obj, max_objects)
-    annotated = job.annotated
+    todo, skipped, job, redraws = plan(args, root, out, records, images, classes, max_objects)
 
     engine = None
     if todo:
@@ -214,12 +321,14 @@ def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict]
     pool = ThreadPoolExecutor(max_workers=LOADERS, thread_name_prefix="batch")
     bar = tqdm(total=len(todo), unit="img", disable=args.quiet or not todo, file=sys.stderr, dynamic_ncols=True)
 
-    previous = drain_on_sigint(job, "finishing the images in flight")
+    previous = drain_on_sigint(job, "finishing the images being decoded, cancelling the queued ones",
+                               lambda: write_exports(job, out, args.formats, [records[r] for r in images if r in records]))
     try:
         side = [pool.submit(redraw, job, rec) for rec in redraws]
         queue = iter(todo)
         working: set[Future] = set()            # start_one / finish_one on the pool
-        running: dict[Future, Submitted] = {}   # engine requests
+        running: dict[Future, Submitted] = {}   # engine requests (one done-future per image)
+        cancelled = False
         while True:
             while not job.stop.is_set() and len(working) + len(running) < args.window:
                 rel = next(queue, None)
@@ -228,7 +337,10 @@ def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict]
                 working.add(pool.submit(start_one, engine, job, rel))
             if not working and not running:
                 break
-            finished, _ = wait(working | running.keys(), return_when=FIRST_COMPLETED)
+            if job.stop.is_set() and not cancelled:
+                cancel_unstarted(running.values())
+                cancelled = True
+            finished, _ = wait(working | running.keys(), timeout=0.2, return_when=FIRST_COMPLETED)
             for fut in finished:
                 if fut in running:
                     working.add(pool.submit(finish_one, job, running.pop(fut)))
@@ -236,7 +348,9 @@ def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict]
                 working.discard(fut)
                 outcome = fut.result()
                 if isinstance(outcome, Submitted):
-                    running[outcome.handle.future] = outcome
+                    running[outcome.done] = outcome
+                    if job.stop.is_set():
+                        cancel_unstarted([outcome])
                 elif outcome is not None:
                     if commit(journal, records, outcome, bar):
                         new_failed += 1
@@ -249,7 +363,7 @@ def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict]
         pool.shutdown(wait=False, cancel_futures=True)
         if engine is not None:
             engine.close()
-    return report(args, root, out, journal, records, images, obj, annotated, skipped=skipped, new_ok=new_ok,
+    return report(args, root, out, journal, records, images, job, skipped=skipped, new_ok=new_ok,
                   new_failed=new_failed, elapsed=time.perf_counter() - started, interrupted=job.stop.is_set())
 
 

@@ -34,7 +34,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from app.job import (COCO_NAME, Job, UsageError, commit, drain_on_sigint, draw_into, install_sigint, new_record,
+from app.job import (Job, write_exports, UsageError, commit, drain_on_sigint, draw_into, install_sigint, new_record,
                        plan, redraw, report, request_error)
 
 RAY_EXTRA_HINT = "install with pip install -e .[ray]"
@@ -101,10 +101,10 @@ class EngineReplica:
     Two calls may run at once (threads of the actor): the engine is thread-safe and batches them."""
 
     def __init__(self, *, weights: str | None, tokenizer: str | None, device: str, dtype: str, max_batch: int,
-                 max_objects: int, task: str, obj: str) -> None:
+                 max_objects: int, task: str, classes: tuple[str, ...]) -> None:
         from app.common import open_engine
 
-        self.task, self.obj, self.max_objects = task, obj, max_objects
+        self.task, self.classes, self.max_objects = task, tuple(classes), max_objects
         self.engine = open_engine(weights, tokenizer=tokenizer, device=device, dtype=dtype, max_batch=max_batch,
                                   max_objects=max_objects).start()
 
@@ -115,54 +115,53 @@ class EngineReplica:
         from engine import EngineBusy
         from engine import ImageError
 
+        from app.job import merge_results, record_timing
+
         rows = batch.select(["idx", "width", "height", "pixels", "error", "ms"]).to_pylist()
-        handles: list = [None] * len(rows)
+        handles: list[list] = [[] for _ in rows]
         results: list[str | None] = [None] * len(rows)
         errors: list[bytes | None] = [row["error"] for row in rows]
-        started: list[float] = [0.0] * len(rows)
-        finished: list[float] = [0.0] * len(rows)
+        timing: list[dict] = [{} for _ in rows]
 
-        def stamp(i):
-            return lambda _: finished.__setitem__(i, time.perf_counter())
-
-        for i, row in enumerate(rows):  # submit everything, then collect
+        for i, row in enumerate(rows):  # submit everything (one request per class), then collect
             if row["error"] is not None:
                 continue
             pixels = np.frombuffer(row["pixels"], dtype=np.uint8).reshape(row["height"], row["width"], 3)
-            started[i] = time.perf_counter()
-            while True:
-                try:
-                    handles[i] = self.engine.submit(pixels, self.task, self.obj, max_objects=self.max_objects)
-                    break
-                except EngineBusy:  # queue full: wait for an earlier request of this batch, then retry
-                    pending = [h for h in handles[:i] if h is not None and not h.future.done()]
-                    if pending:
-                        wait([pending[0].future], timeout=1.0)
-                    else:
-                        time.sleep(0.05)
-                except ImageError as e:
-                    errors[i] = _blob(str(e))
-                    break
-                except Exception as e:  # a request the engine refuses or cannot take: this image only
-                    errors[i] = _blob(request_error(e))
-                    break
-            if handles[i] is not None:
-                handles[i].future.add_done_callback(stamp(i))
-        for i, handle in enumerate(handles):
-            if handle is None:
+            for obj in self.classes:
+                while errors[i] is None:
+                    try:
+                        handles[i].append(self.engine.submit(pixels, self.task, obj, max_objects=self.max_objects))
+                        break
+                    except EngineBusy:  # queue full: wait for an earlier request of this batch, then retry
+                        pending = [h for hs in handles[:i + 1] for h in hs if not h.future.done()]
+                        if pending:
+                            wait([pending[0].future], timeout=1.0)
+                        else:
+                            time.sleep(0.05)
+                    except ImageError as e:
+                        errors[i] = _blob(str(e))
+                    except Exception as e:  # a request the engine refuses or cannot take: this image only
+                        errors[i] = _blob(request_error(e))
+        for i, hs in enumerate(handles):
+            if not hs:
                 continue
             try:
-                results[i] = json.dumps(handle.result())
+                found = [h.result() for h in hs]
             except Exception as e:  # engine or request failure for this image only
-                errors[i] = _blob(request_error(e))
-            finished[i] = finished[i] or time.perf_counter()
-        ms = [row["ms"] + ((finished[i] - started[i]) * 1000.0 if handles[i] is not None else 0.0)
-              for i, row in enumerate(rows)]
+                if errors[i] is None:
+                    errors[i] = _blob(request_error(e))
+                continue
+            if errors[i] is None:
+                results[i] = json.dumps(merge_results(self.task, self.classes, found))
+                timing[i] = record_timing(hs)
         return pa.table({"idx": pa.array([row["idx"] for row in rows], pa.int64()),
                          "width": pa.array([row["width"] for row in rows], pa.int64()),
                          "height": pa.array([row["height"] for row in rows], pa.int64()),
                          "result": pa.array(results, pa.large_string()),
-                         "error": pa.array(errors, pa.large_binary()), "ms": pa.array(ms, pa.float64())})
+                         "error": pa.array(errors, pa.large_binary()),
+                         "load_ms": pa.array([row["ms"] for row in rows], pa.float64()),
+                         "ms": pa.array([t.get("ms") for t in timing], pa.float64()),
+                         "queue_ms": pa.array([t.get("queue_ms") for t in timing], pa.float64())})
 
     def __del__(self):
         engine = getattr(self, "engine", None)
@@ -270,7 +269,7 @@ def _check_resources(ray, args) -> None:
     print(f"warning: {text}; waiting for the cluster to provide them", file=sys.stderr)
 
 
-def _build(ray, args, root: Path, todo: list[str], obj: str, max_objects: int):
+def _build(ray, args, root: Path, todo: list[str], classes: tuple[str, ...], max_objects: int):
     from ray.data import ActorPoolStrategy, DataContext
 
     ctx = DataContext.get_current()
@@ -298,7 +297,7 @@ def _build(ray, args, root: Path, todo: list[str], obj: str, max_objects: int):
         fn_constructor_kwargs=dict(weights=_local(args.weights) or args.weights,
                                    tokenizer=_local(args.tokenizer) or args.tokenizer,
                                    device=device, dtype=args.dtype, max_batch=args.max_batch,
-                                   max_objects=max_objects, task=args.task, obj=obj),
+                                   max_objects=max_objects, task=args.task, classes=classes),
         batch_size=per_call, batch_format="pyarrow",
         # Two calls run at once in each replica: the engine takes the next batch while the last
         # requests of the previous one finish, instead of draining to a small decode batch.
@@ -326,7 +325,7 @@ def _record(job: Job, rel: str, shown_file: str, row: dict) -> dict:
         if error.startswith(worker_name):
             error = read_as + error[len(worker_name):]
         return {**rec, "error": error}
-    return {**rec, "result": json.loads(row["result"]), "ms": round(row["ms"], 1)}
+    return {**rec, "result": json.loads(row["result"]), "ms": row["ms"], "queue_ms": row["queue_ms"]}
 
 
 def _draw(job: Job, rec: dict) -> dict:
@@ -341,11 +340,11 @@ def _draw(job: Job, rec: dict) -> dict:
     return rec
 
 
-def run_ray(args, root: Path, out: Path, journal, records: dict[str, dict], images: list[str], obj: str,
-            max_objects: int) -> int:
+def run_ray(args, root: Path, out: Path, journal, records: dict[str, dict], images: list[str],
+            classes: tuple[str, ...], max_objects: int) -> int:
     from tqdm import tqdm
 
-    todo, skipped, job, redraws = plan(args, root, out, records, images, obj, max_objects)
+    todo, skipped, job, redraws = plan(args, root, out, records, images, classes, max_objects)
     annotated = job.annotated
     ray = owned = None
     if todo:
@@ -389,7 +388,8 @@ def run_ray(args, root: Path, out: Path, journal, records: dict[str, dict], imag
         finally:
             hand_over(("done", None))
 
-    previous = drain_on_sigint(job, "recording the results already received")
+    previous = drain_on_sigint(job, "recording the results already received",
+                               lambda: write_exports(job, out, args.formats, [records[r] for r in images if r in records]))
     try:
         side = [pool.submit(redraw, job, rec) for rec in redraws]
         drawing: set[Future] = set()
@@ -403,7 +403,7 @@ def run_ray(args, root: Path, out: Path, journal, records: dict[str, dict], imag
                     new_ok += 1
 
         if todo:
-            ds = _build(ray, args, root, todo, obj, max_objects)
+            ds = _build(ray, args, root, todo, classes, max_objects)
             consumer = threading.Thread(target=consume, args=(ds,), name="batch-ray", daemon=True)
             consumer.start()
             while True:
@@ -442,15 +442,12 @@ def run_ray(args, root: Path, out: Path, journal, records: dict[str, dict], imag
         if owned:
             ray.shutdown()
     if failure is not None and not job.stop.is_set():
-        from app.coco import to_coco, write_coco
-
-        write_coco(out / COCO_NAME, to_coco([records[rel] for rel in images if rel in records], task=args.task,
-                                            obj=obj))
+        write_exports(job, out, args.formats, [records[rel] for rel in images if rel in records])
         line = _first_line(failure)
         what = "the Ray pipeline failed"
         if "CheckpointError: " in line:  # a replica could not load the weights (raised on a worker)
             what, line = "cannot load the model", line.split("CheckpointError: ", 1)[1]
         raise UsageError(f"{what}: {line} ({new_ok + new_failed} new results kept in {journal.path}; "
                          "re-run to resume)")
-    return report(args, root, out, journal, records, images, obj, annotated, skipped=skipped, new_ok=new_ok,
+    return report(args, root, out, journal, records, images, job, skipped=skipped, new_ok=new_ok,
                   new_failed=new_failed, elapsed=time.perf_counter() - started, interrupted=job.stop.is_set())

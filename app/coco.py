@@ -1,9 +1,10 @@
 """COCO JSON from batch records (the JSONL lines written by app.batch).
 
-One category, the queried object (id 1). Images that failed are left out of ``images``.
-Coordinates are pixels; every annotation carries ``score: 1.0`` (the model gives no
-confidence), so the same list can serve as ground truth (``COCO(path)``) or as detections
-(``coco.loadRes(annotations)``).
+One category per queried object (ids 1, 2, … in ``--object`` order; an object of a
+several-class record names its class in ``label``). Images that failed are left out of
+``images``. Coordinates are pixels; every annotation carries the engine's ``score`` (the
+object's confidence; 1.0 for records written before scores existed), so the same list can
+serve as ground truth (``COCO(path)``) or as ranked detections (``coco.loadRes(annotations)``).
 
 * detect: ``bbox = [x, y, w, h]`` (top-left corner, width, height), ``area = w * h``.
 * point: a keypoint annotation with one keypoint named ``"point"``:
@@ -22,6 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterable
 
+from app.common import follow_umask
+
 __all__ = ["to_coco", "write_coco"]
 
 
@@ -29,37 +32,44 @@ def _r(v: float) -> float:
     return round(float(v), 2)
 
 
-def to_coco(records: Iterable[dict], *, task: str, obj: str) -> dict:
+def _r4(v: float) -> float:
+    return round(float(v), 4)
+
+
+def to_coco(records: Iterable[dict], *, task: str, classes: tuple[str, ...]) -> dict:
     """A COCO dataset dict from successful records (sorted by path for stable image ids)."""
-    category = {"id": 1, "name": obj, "supercategory": "object"}
-    if task == "point":
-        category.update(keypoints=["point"], skeleton=[])
+    categories = []
+    for n, name in enumerate(classes, start=1):
+        categories.append({"id": n, "name": name, "supercategory": "object"})
+        if task == "point":
+            categories[-1].update(keypoints=["point"], skeleton=[])
     images, annotations = [], []
     ok = sorted((r for r in records if "error" not in r and "result" in r), key=lambda r: r["path"])
     for image_id, rec in enumerate(ok, start=1):
         w, h = rec["width"], rec["height"]
         images.append({"id": image_id, "file_name": rec["path"], "width": w, "height": h})
         result = rec["result"]
-        if task == "detect":
-            for o in result.get("objects", []):
+        for o in result.get("objects", result.get("points", [])):
+            common = {"id": len(annotations) + 1, "image_id": image_id,
+                      "category_id": classes.index(o.get("label", classes[0])) + 1}
+            score = _r4(o.get("score", 1.0))
+            if task == "detect":
                 x0, y0 = o["x_min"] * w, o["y_min"] * h
                 bw, bh = _r((o["x_max"] - o["x_min"]) * w), _r((o["y_max"] - o["y_min"]) * h)
-                annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": 1,
-                                    "bbox": [_r(x0), _r(y0), bw, bh], "area": _r(bw * bh),
-                                    "iscrowd": 0, "score": 1.0})
-        else:
-            for p in result.get("points", []):
-                x, y = p["x"] * w, p["y"] * h
-                annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": 1,
-                                    "keypoints": [_r(x), _r(y), 2], "num_keypoints": 1,
+                annotations.append({**common, "bbox": [_r(x0), _r(y0), bw, bh], "area": _r(bw * bh),
+                                    "iscrowd": 0, "score": score})
+            else:
+                x, y = o["x"] * w, o["y"] * h
+                annotations.append({**common, "keypoints": [_r(x), _r(y), 2], "num_keypoints": 1,
                                     "bbox": [_r(x - 0.5), _r(y - 0.5), 1.0, 1.0], "area": 1.0,
-                                    "iscrowd": 0, "score": 1.0})
+                                    "iscrowd": 0, "score": score})
     return {
-        "info": {"description": f"{task} {obj!r} by mdpipe (app.batch)", "version": "1.0"},
+        "info": {"description": f"{task} {', '.join(repr(c) for c in classes)} by mdpipe (app.batch)",
+                 "version": "1.0"},
         "licenses": [],
         "images": images,
         "annotations": annotations,
-        "categories": [category],
+        "categories": categories,
     }
 
 
@@ -68,6 +78,7 @@ def write_coco(path: Path, data: dict) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
+        follow_umask(fd)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f)
             f.flush()

@@ -39,3 +39,13 @@ def startup_line(engine: Engine) -> str:
     """The line the CLI and the batch tool print on stderr: model, parameters, device, dtype."""
     info = engine.model_info
     return f"model: {info.describe()}" if info is not None else "model: (constructed directly)"
+
+
+def follow_umask(fd: int) -> None:
+    """Give a file made by `tempfile.mkstemp` (always 0600) the mode a plain `open` would: 0666
+    less the process umask, so every output file of a run gets the same permissions."""
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)

@@ -72,11 +72,20 @@ def _tag(draw: ImageDraw.ImageDraw, font, text: str, xy: tuple[float, float], fi
     draw.text((x + pad - left, y + pad - top), text, font=font, fill=_text_colour(fill))
 
 
+def _tag_text(label: str, score: float | None) -> str:
+    """The object text (shortened) and its score, e.g. "red circle 0.93"."""
+    text = " ".join(str(label).split())
+    if len(text) > MAX_LABEL_CHARS:
+        text = text[: MAX_LABEL_CHARS - 1] + "\u2026"
+    return text if score is None else f"{text} {score:.2f}".strip()
+
+
 def draw_result(image: Image.Image, result: dict, label: str = "") -> Image.Image:
     """Return a copy of `image` (RGB) with the result's boxes or points drawn and numbered.
 
     `result` is an engine result, ``{"objects": [...]}`` (normalised boxes) or
-    ``{"points": [...]}`` (normalised points); `label` is the object text shown on each tag.
+    ``{"points": [...]}`` (normalised points); each tag shows the number, the object's own
+    ``label`` (several-class results) or else `label`, and its ``score`` when it has one.
     """
     out = image.convert("RGB") if image.mode != "RGB" else image.copy()
     w, h = out.size
@@ -85,9 +94,8 @@ def draw_result(image: Image.Image, result: dict, label: str = "") -> Image.Imag
     ring = max(1, round(core / 3))                  # width of each contrasting ring
     font = _font(max(13, round(short / 36)))
     pad = max(2, ring + 1)
-    text = " ".join(label.split())
-    if len(text) > MAX_LABEL_CHARS:
-        text = text[: MAX_LABEL_CHARS - 1] + "\u2026"
+    items = result.get("objects", result.get("points", []))
+    texts = [_tag_text(o.get("label", label), o.get("score")) for o in items]
     draw = ImageDraw.Draw(out)
     boxes, points = to_pixels(result, w, h)
     colours = [PALETTE[i % len(PALETTE)] for i in range(max(len(boxes), len(points)))]
@@ -107,12 +115,12 @@ def draw_result(image: Image.Image, result: dict, label: str = "") -> Image.Imag
     # Labels last, so that no mark covers them.
     outer = core / 2 + 2 * ring
     for i, ((x0, y0, _, _), colour) in enumerate(zip(boxes, colours)):
-        tag = f"{i + 1} {text}".strip()
+        tag = f"{i + 1} {texts[i]}".strip()
         tw, th, _, _ = _tag_size(draw, font, tag, pad)
         y = y0 - outer - th if y0 - outer - th >= 0 else y0 + outer  # above the box, else just inside it
         _tag(draw, font, tag, (x0 - outer, y), colour, (w, h), pad)
     for i, ((x, y), colour) in enumerate(zip(points, colours)):
-        tag = f"{i + 1} {text}".strip() if len(points) <= 12 else str(i + 1)
+        tag = f"{i + 1} {texts[i]}".strip() if len(points) <= 12 else str(i + 1)
         tw, th, _, _ = _tag_size(draw, font, tag, pad)
         r = radius + 2 * ring + 1
         tx = x + r if x + r + tw <= w else x - r - tw                # right of the point, else left

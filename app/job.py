@@ -11,7 +11,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from app.common import IMAGE_SUFFIXES
+from app.common import IMAGE_SUFFIXES, follow_umask
 
 
 RESULTS_NAME = "results.jsonl"
@@ -21,6 +21,9 @@ LOADERS = 4  # threads that decode, submit and draw (requests in flight need non
 
 
 COCO_NAME = "coco.json"
+
+
+FORMATS = ("coco", "yolo")  # exports besides the journal (coco.json is always written)
 
 
 ANNOTATED_NAME = "annotated"
@@ -54,6 +57,48 @@ def find_images(root: Path, *, recursive: bool, exclude: Path | None = None) -> 
             # not only regular files: a FIFO or a broken / looping symlink gets an error record (folders are walked)
             found.append((here / name).relative_to(root).as_posix())
     return sorted(found)
+
+
+LIST_SUFFIXES = frozenset({".txt", ".lst"})  # an input with one of these suffixes lists image paths, one a line
+
+
+def collect_inputs(inputs: list[str], *, recursive: bool, exclude: Path | None = None) -> tuple[Path, list[str]]:
+    """The images named by `inputs` (folders, image files, or text files listing paths — one a
+    line, relative to the list's folder; blank lines and lines starting with "#" are skipped) as
+    (root, relative POSIX paths under root, sorted and without duplicates). root is the one
+    folder given, else the deepest folder holding every input."""
+    found: list[str] = []   # absolute, not normalised through symlinks
+    anchors: list[str] = []  # folders that the common root must contain
+
+    def add(item: str, base: str, listed_in: str | None = None) -> None:
+        path = os.path.abspath(os.path.join(base, item))
+        if os.path.isdir(path):
+            anchors.append(path)
+            found.extend(os.path.join(path, rel) for rel in find_images(Path(path), recursive=recursive,
+                                                                         exclude=exclude))
+        elif listed_in is None and Path(path).suffix.lower() in LIST_SUFFIXES and os.path.isfile(path):
+            try:
+                lines = Path(path).read_text(encoding="utf-8").splitlines()
+            except (OSError, UnicodeDecodeError) as e:
+                raise UsageError(f"cannot read the list of images {item!r}: {e}") from None
+            for line in lines:
+                if line.strip() and not line.strip().startswith("#"):
+                    add(line.strip(), os.path.dirname(path), item)
+        elif listed_in is None and not os.path.lexists(path):
+            raise UsageError(f"{item!r} does not exist")
+        elif listed_in is None and Path(path).suffix.lower() not in IMAGE_SUFFIXES:
+            raise UsageError(f"{item!r} is neither a folder, an image ({', '.join(sorted(IMAGE_SUFFIXES))}) "
+                             f"nor a list of image paths ({', '.join(sorted(LIST_SUFFIXES))})")
+        else:  # an image file, or a listed path (a missing one gets an error record, like an unreadable image)
+            anchors.append(os.path.dirname(path))
+            found.append(path)
+
+    for item in inputs:
+        add(item, os.getcwd())
+    if not anchors:
+        return Path(os.path.abspath(inputs[0]) if inputs else "."), []
+    root = os.path.commonpath(anchors)
+    return Path(root), sorted({Path(os.path.relpath(p, root)).as_posix() for p in found})
 
 
 class Journal:
@@ -147,6 +192,7 @@ def save_image_atomic(image, target: Path, root: Path) -> None:
                                                                                target.suffix[1:].upper())
     fd, tmp = tempfile.mkstemp(prefix=".draw-", suffix=target.suffix, dir=target.parent)
     try:
+        follow_umask(fd)
         with os.fdopen(fd, "wb") as f:
             image.save(f, format=fmt, **({"quality": 92} if fmt == "JPEG" else {}))
         os.replace(tmp, target)
@@ -159,16 +205,60 @@ def save_image_atomic(image, target: Path, root: Path) -> None:
 class Job:
     root: Path
     task: str
-    obj: str
+    classes: tuple[str, ...]  # the object texts, in --object order (COCO category i + 1, YOLO class i)
     max_objects: int
     annotated: Path | None
+    min_score: float = 0.0
     stop: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def object_field(self) -> str | list[str]:
+        """The record's "object": the text of a one-class run, else the list of classes."""
+        return object_field(self.classes)
+
+
+def object_field(classes: tuple[str, ...]) -> str | list[str]:
+    return classes[0] if len(classes) == 1 else list(classes)
 
 
 def new_record(job: Job, rel: str) -> dict:
     """The fields every record starts with (width/height filled in once the image is read)."""
-    return {"path": rel, "width": None, "height": None, "task": job.task, "object": job.obj,
+    return {"path": rel, "width": None, "height": None, "task": job.task, "object": job.object_field,
             "max_objects": job.max_objects}
+
+
+def merge_results(task: str, classes: tuple[str, ...], results: list[dict]) -> dict:
+    """One image's result from its per-class results: unchanged for one class; with several,
+    every object of every class in one list, class order, each with its "label"."""
+    if len(classes) == 1:
+        return results[0]
+    key = "objects" if task == "detect" else "points"
+    return {key: [{**o, "label": label} for label, result in zip(classes, results) for o in result[key]]}
+
+
+def kept(classes: tuple[str, ...], result: dict, min_score: float) -> list[tuple[int, dict]]:
+    """(class index, object) of a result's objects scoring at least `min_score` (records written
+    before scores existed count as 1.0)."""
+    items = result.get("objects", result.get("points", []))
+    return [(classes.index(o.get("label", classes[0])), o) for o in items if o.get("score", 1.0) >= min_score]
+
+
+def shown_result(job: Job, result: dict) -> dict:
+    """The result with only the objects at or above --min-score (what COCO, YOLO and drawings show)."""
+    key = "objects" if "objects" in result else "points"
+    return {key: [o for _, o in kept(job.classes, result, job.min_score)]}
+
+
+def record_timing(handles) -> dict:
+    """`ms` (service: first admission to last result) and `queue_ms` (waiting for a KV row) of an
+    image's requests, from the engine's clock."""
+    seqs = [h.seq for h in handles if h.seq.admitted_at is not None]
+    if not seqs:
+        return {}
+    start = min(s.admitted_at for s in seqs)
+    end = max(s.finished_at or s.admitted_at for s in seqs)
+    return {"ms": round((end - start) * 1000.0, 1),
+            "queue_ms": round((start - min(s.submitted_at for s in seqs)) * 1000.0, 1)}
 
 
 def request_error(e: Exception) -> str:
@@ -180,7 +270,7 @@ def draw_into(job: Job, rel: str, picture, record: dict) -> None:
     """Write OUT/annotated/<rel> for a record with a result; a write failure goes into the record."""
     from app.draw import draw_result
 
-    picture_drawn = draw_result(picture, record["result"], job.obj)
+    picture_drawn = draw_result(picture, shown_result(job, record["result"]), job.classes[0])
     try:
         save_image_atomic(picture_drawn, job.annotated / rel, job.annotated)
     except OSError as e:
@@ -194,7 +284,7 @@ def redraw(job: Job, record: dict) -> None:
 
     try:
         picture = load_image(job.root / record["path"])
-        drawn = draw_result(picture, record["result"], job.obj)
+        drawn = draw_result(picture, shown_result(job, record["result"]), job.classes[0])
         save_image_atomic(drawn, job.annotated / record["path"], job.annotated)
     except (ImageError, OSError) as e:
         print(f"warning: could not draw {record['path']}: {e}", file=sys.stderr)
@@ -209,13 +299,19 @@ def install_sigint(handler):
     return signal.signal(signal.SIGINT, handler)
 
 
-def drain_on_sigint(job: Job, doing: str):
+def drain_on_sigint(job: Job, doing: str, on_abort=None):
     """Install the Ctrl-C policy: the first stops new work and lets `doing` finish; the second
-    exits at once (every record written so far is complete; a torn one is repaired next run).
-    Returns the previous handler, for `_install_sigint` to restore."""
+    calls `on_abort` (write coco.json from what is recorded) and exits at once (every record
+    written so far is complete; a torn one is repaired next run). Returns the previous handler,
+    for `install_sigint` to restore."""
 
     def on_sigint(signum, frame):
         if job.stop.is_set():
+            if on_abort is not None:
+                try:
+                    on_abort()
+                except Exception as e:  # noqa: BLE001 - aborting anyway; say why the export is stale
+                    print(f"\nwarning: could not write the exports: {e}", file=sys.stderr)
             os._exit(130)
         job.stop.set()
         print(f"\ninterrupted: {doing} (Ctrl-C again to abort)", file=sys.stderr)
@@ -226,11 +322,6 @@ def drain_on_sigint(job: Job, doing: str):
 def _show(text: str) -> str:
     """Printable on any UTF-8 stream, even with undecodable file names (shown as \\udcXX)."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _count(rec: dict) -> int:
-    result = rec.get("result") or {}
-    return len(result.get("objects", result.get("points", [])))
 
 
 def check_prompt_length(weights: str | None, tokenizer: str | None, task: str, obj: str) -> None:
@@ -250,7 +341,7 @@ def check_prompt_length(weights: str | None, tokenizer: str | None, task: str, o
     prompt_ids(TokenConfig(), lambda s: tok.encode(s).ids, task, obj)
 
 
-def plan(args, root: Path, out: Path, records: dict[str, dict], images: list[str], obj: str,
+def plan(args, root: Path, out: Path, records: dict[str, dict], images: list[str], classes: tuple[str, ...],
          max_objects: int) -> tuple[list[str], int, Job, list[dict]]:
     """What this run does: (images to infer, images skipped as recorded, the job, records to redraw)."""
     def done(rel: str) -> bool:
@@ -262,7 +353,7 @@ def plan(args, root: Path, out: Path, records: dict[str, dict], images: list[str
     if args.limit is not None:
         todo = todo[: args.limit]
     annotated = out / ANNOTATED_NAME if args.draw else None
-    job = Job(root, args.task, obj, max_objects, annotated)
+    job = Job(root, args.task, classes, max_objects, annotated, min_score=args.min_score)
     pending = set(todo)
     redraws = [records[rel] for rel in images if annotated is not None and rel in records
                and "result" in records[rel] and rel not in pending and not (annotated / rel).exists()]
@@ -280,30 +371,44 @@ def commit(journal: Journal, records: dict[str, dict], rec: dict, bar) -> bool:
     return failed
 
 
-def report(args, root: Path, out: Path, journal: Journal, records: dict[str, dict], images: list[str], obj: str,
-           annotated: Path | None, *, skipped: int, new_ok: int, new_failed: int, elapsed: float,
-           interrupted: bool) -> int:
-    """Write coco.json, print the summary; returns the exit status."""
+def write_exports(job: Job, out: Path, formats: tuple[str, ...], current: list[dict]) -> list[Path]:
+    """coco.json (always) and, with "yolo" in `formats`, the YOLO labels and data.yaml, from the
+    records of this run's images; objects below --min-score are left out. Returns what was written."""
     from app.coco import to_coco, write_coco
 
+    shown = [{**r, "result": shown_result(job, r["result"])} if "result" in r else r for r in current]
+    write_coco(out / COCO_NAME, to_coco(shown, task=job.task, classes=job.classes))
+    written = [out / COCO_NAME]
+    if "yolo" in formats:
+        from app.yolo import write_yolo
+
+        written += write_yolo(out, job.root, shown, job.classes)
+    return written
+
+
+def report(args, root: Path, out: Path, journal: Journal, records: dict[str, dict], images: list[str], job: Job,
+           *, skipped: int, new_ok: int, new_failed: int, elapsed: float, interrupted: bool) -> int:
+    """Write coco.json (and the YOLO export), print the summary; returns the exit status."""
     current = [records[rel] for rel in images if rel in records]
-    write_coco(out / COCO_NAME, to_coco(current, task=args.task, obj=obj))
+    written = write_exports(job, out, args.formats, current)
     failures = [r for r in current if "error" in r]
-    objects = sum(_count(r) for r in current)
+    objects = sum(len(kept(job.classes, r["result"], job.min_score)) for r in current if "result" in r)
     new = new_ok + new_failed
     rate = new / elapsed if elapsed > 0 and new else 0.0
     remaining = len(images) - len(current)
     print(f"images: {len(images)} in {root} ({new} new, {skipped} already recorded"
           f"{f', {remaining} left for a later run' if remaining else ''})")
-    print(f"objects: {objects} ({args.task} {obj!r})" + (" [points]" if args.task == "point" else ""))
+    what = ", ".join(repr(c) for c in job.classes)
+    print(f"objects: {objects} ({args.task} {what})" + (" [points]" if args.task == "point" else "")
+          + (f", score >= {job.min_score:g}" if job.min_score > 0 else ""))
     print(f"failures: {len(failures)}" + (f" ({new_failed} new)" if new_failed else ""))
     for rec in failures[:10]:
         print(_show(f"  {rec['path']}: {rec['error']}"))
     if len(failures) > 10:
         print(f"  ... and {len(failures) - 10} more (see {journal.path})")
     print(f"speed: {rate:.1f} images/s ({new} images in {elapsed:.1f} s)")
-    print(f"wrote: {journal.path}, {out / COCO_NAME}" + (f", {annotated}/" if annotated is not None else ""))
+    shown = [str(journal.path)] + [f"{p}/" if p.is_dir() else str(p) for p in written]
+    print("wrote: " + ", ".join(shown) + (f", {job.annotated}/" if job.annotated is not None else ""))
     if interrupted:
         return 130
     return 1 if failures else 0
-

@@ -4,17 +4,19 @@ All sessions share one started :class:`~engine.serving.engine.Engine`; the two e
 concurrently (one concurrency group, `concurrency` requests at a time), so requests from
 several users are batched together by the engine.
 
-API (for ``gradio_client``), both ``(image filepath, object text, max_objects) ->
-(annotated image, JSON dict, status text)``:
+API (for ``gradio_client``), both ``(image filepath, object text, max_objects[, min_score]) ->
+(annotated image, JSON dict, status text)`` (min_score defaults to 0):
 
     client.predict(handle_file("cat.jpg"), "cat", 10, api_name="/detect")
-    client.predict(handle_file("cat.jpg"), "cat eye", None, api_name="/point")
+    client.predict(handle_file("cat.jpg"), "cat eye", None, 0.5, api_name="/point")
 
-The JSON dict is the engine's result (``objects`` with normalised boxes, or ``points``)
-plus ``task``, ``object``, ``width``, ``height`` (pixels) and ``ms``. Bad input (no image,
-an unreadable file, an empty object, max_objects out of range), a full engine queue ("busy")
-and a missed deadline raise ``gr.Error`` with a one-line message (never a traceback); the
-client sees it as ``AppError``.
+The JSON dict is the engine's result (``objects`` with normalised boxes, or ``points``, each
+with its ``score``; those below min_score left out) plus ``task``, ``object``, ``width``,
+``height`` (pixels) and ``ms``. Bad input (no image, an unreadable file, an empty object,
+max_objects out of range), a full engine queue ("busy") and a missed deadline raise
+``gr.Error`` with a one-line message (never a traceback); the client sees it as ``AppError``.
+In the browser the message also stays in the Status box and the previous result is cleared.
+The page's "Use via API" panel shows this snippet for the server's own address.
 
 Serve it with :func:`launch`, which applies the safe defaults: uploads over
 ``MAX_UPLOAD_BYTES`` refused by Gradio (HTTP 413), no extra ``allowed_paths`` (Gradio serves
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -38,7 +41,7 @@ from app.draw import draw_result  # noqa: E402
 from engine import DEFAULT_MAX_OBJECTS, MAX_OBJECTS_LIMIT, DeadlineExceeded, Engine, EngineBusy, ImageError, RequestError, load_image, validate_request  # noqa: E402
 from engine.model.vocabulary import Vocabulary  # noqa: E402
 
-__all__ = ["build_demo", "launch", "sample_images", "friendly_upload_errors", "DEFAULT_SAMPLES", "IMAGE_SUFFIXES",
+__all__ = ["api_snippet", "build_demo", "launch", "sample_images", "friendly_upload_errors", "DEFAULT_SAMPLES", "IMAGE_SUFFIXES",
            "MAX_UPLOAD_BYTES", "REQUEST_TIMEOUT_S", "QUEUE_SIZE"]
 
 DEFAULT_SAMPLES = Path(__file__).resolve().parent.parent / "assets" / "samples"
@@ -57,8 +60,16 @@ CSS = """
 """
 
 
+class Refused:
+    """What a component's preprocess hands the event instead of raising: the event function
+    raises it as a gr.Error, so it is shown in the Status box like every other error."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
 def friendly_upload_errors(component: gr.Image) -> gr.Image:
-    """Make an unreadable upload raise a clear gr.Error instead of a generic processing failure.
+    """Make an unreadable upload a clear error instead of a generic processing failure.
 
     (gr.Image opens every upload with PIL before the event runs; a non-image file would fail
     there with a developer-facing message. The method is wrapped on the instance, not in a
@@ -69,8 +80,8 @@ def friendly_upload_errors(component: gr.Image) -> gr.Image:
     def preprocess(payload):
         try:
             return original(payload)
-        except gr.Error:
-            raise
+        except gr.Error as e:
+            return Refused(e.message)
         except Exception as e:
             name = getattr(payload, "orig_name", None) or "the upload"
             reason = type(e).__name__
@@ -82,29 +93,29 @@ def friendly_upload_errors(component: gr.Image) -> gr.Image:
                     reason = _reason(err, path)
                 except Exception:  # noqa: BLE001 - keep the generic reason
                     pass
-            raise gr.Error(f"Cannot read {name!r} as an image ({reason}); upload a JPEG, PNG, WebP, "
-                           f"BMP, GIF or TIFF file.", print_exception=False) from None
+            return Refused(f"Cannot read {name!r} as an image ({reason}); upload a JPEG, PNG, WebP, "
+                           f"BMP, GIF or TIFF file.")
 
     component.preprocess = preprocess
     return component
 
 
 def friendly_number_errors(component: gr.Number, limit: int) -> gr.Number:
-    """Gradio's own bounds messages stay; a value that is not a finite number gets a clear gr.Error
+    """Gradio's own bounds messages stay; a value that is not a finite number gets a clear error
     (gr.Number would otherwise fail with a TypeError/ValueError/OverflowError of its own)."""
     original = component.preprocess
+    message = f"Max objects must be a whole number between 1 and {limit}"
 
     def preprocess(payload):
         if isinstance(payload, float) and payload == payload and payload not in (float("inf"), float("-inf")) \
                 and not payload.is_integer():  # gr.Number(precision=0) would round it silently
-            raise _user_error(f"Max objects must be a whole number between 1 and {limit}, got {payload!r}.")
+            return Refused(f"{message}, got {payload!r}.")
         try:
             return original(payload)
-        except gr.Error:
-            raise
+        except gr.Error as e:
+            return Refused(e.message)
         except Exception:
-            raise _user_error(f"Max objects must be a whole number between 1 and {limit}, got {payload!r:.40}."
-                              ) from None
+            return Refused(f"{message}, got {payload!r:.40}.")
 
     component.preprocess = preprocess
     return component
@@ -137,6 +148,45 @@ def _user_error(message: str) -> gr.Error:
     return gr.Error(message, print_exception=False)
 
 
+def _min_score(value) -> float:
+    if value is None or value == "":
+        return 0.0
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise _user_error(f"Min score must be a number between 0 and 1, got {value!r:.40}.") from None
+    if not 0.0 <= number <= 1.0:
+        raise _user_error(f"Min score must be a number between 0 and 1, got {value!r:.40}.")
+    return number
+
+
+def status_line(task: str, text: str, n: int, ms: float, width: int, height: int, among: str = "") -> str:
+    noun = ("object" if task == "detect" else "point") + ("" if n == 1 else "s")
+    return f"{task} {text!r}: {n} {noun}{among} in {ms:.0f} ms ({width}\u00d7{height} px)"
+
+
+def filtered(image_path, payload: dict | None, min_score):
+    """(annotated image, JSON, status) of a kept result showing only objects scoring >= min_score;
+    unchanged outputs (gr.skip) when there is no result."""
+    if not payload or not image_path or isinstance(image_path, Refused):
+        return gr.skip(), gr.skip(), gr.skip()
+    floor = _min_score(min_score)
+    key = "objects" if payload["task"] == "detect" else "points"
+    kept = [o for o in payload[key] if o["score"] >= floor]
+    picture = load_image(image_path)
+    among = f" with score >= {floor:g} (of {len(payload[key])})" if floor > 0 else ""
+    status = status_line(payload["task"], payload["object"], len(kept), payload["ms"], payload["width"],
+                         payload["height"], among)
+    return draw_result(picture, {key: kept}, payload["object"]), {**payload, key: kept}, status
+
+
+def filtered_after_run(image_path, payload: dict | None, min_score):
+    """`filtered` after a request: nothing to change (gr.skip) when Min score is 0."""
+    if _min_score(min_score) == 0:
+        return gr.skip(), gr.skip(), gr.skip()
+    return filtered(image_path, payload, min_score)
+
+
 def _max_objects(value, limit: int) -> int:
     if value is None or value == "":
         return min(DEFAULT_MAX_OBJECTS, limit)
@@ -149,25 +199,58 @@ def _max_objects(value, limit: int) -> int:
     return int(number)
 
 
+class Failures:
+    """The last error message of each browser session, for the Status box: a failed event keeps
+    its outputs, so a `.failure()` listener shows the message and clears the old result."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, str] = {}
+        self.lock = threading.Lock()
+
+    def note(self, request: gr.Request | None, task: str, error: gr.Error) -> None:
+        key = getattr(request, "session_hash", None)
+        if key:
+            with self.lock:
+                self.last[key] = f"{task} failed: {error.message}"
+                while len(self.last) > 4096:  # sessions that never came back
+                    self.last.pop(next(iter(self.last)))
+
+    def show(self, request: gr.Request = None):
+        """(result image, JSON, status) after a failed request: cleared, cleared, the message."""
+        with self.lock:
+            message = self.last.pop(getattr(request, "session_hash", None) or "", None)
+        return None, None, f"Error: {message}" if message else "Error: the request failed; try again."
+
+
+failures = Failures()
+
+
 def make_handler(engine: Engine, task: str, *, max_objects_limit: int = MAX_OBJECTS_LIMIT,
                  timeout: float = REQUEST_TIMEOUT_S):
     """The event function for one task: (image path, object, max_objects) -> (image, dict, status).
 
     `timeout` is the request's deadline inside the engine (DeadlineExceeded -> a clear gr.Error).
-    Every failure becomes a one-line gr.Error; an unexpected one is also logged with its traceback.
+    Every failure becomes a one-line gr.Error (noted for the session's Status box); an
+    unexpected one is also logged with its traceback.
     """
 
-    def handler(image_path, obj, max_objects):
+    def handler(image_path, obj, max_objects, request: gr.Request = None):
         try:
-            return serve(image_path, obj, max_objects)
-        except gr.Error:
+            return serve(image_path, obj, max_objects, request)
+        except gr.Error as e:
+            failures.note(request, task, e)
             raise
         except Exception as e:  # a bug or resource failure: one line for the user, the traceback in the log
             log.exception("%s request failed", task)
-            raise _user_error(f"The request failed ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
-                              "try again.") from None
+            error = _user_error(f"The request failed ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
+                                "try again.")
+            failures.note(request, task, error)
+            raise error from None
 
-    def serve(image_path, obj, max_objects):
+    def serve(image_path, obj, max_objects, request):
+        for value in (image_path, max_objects):
+            if isinstance(value, Refused):
+                raise _user_error(value.message)
         if not image_path:
             raise _user_error("Upload an image (or pick a sample) first.")
         if not isinstance(obj, str) or not obj.strip():
@@ -202,8 +285,7 @@ def make_handler(engine: Engine, task: str, *, max_objects_limit: int = MAX_OBJE
         key = "objects" if task == "detect" else "points"
         found = result.get(key, [])
         annotated = draw_result(picture, result, text)
-        noun = ("object" if task == "detect" else "point") + ("" if len(found) == 1 else "s")
-        status = f"{task} {text!r}: {len(found)} {noun} in {ms:.0f} ms ({picture.width}\u00d7{picture.height} px)"
+        status = status_line(task, text, len(found), ms, picture.width, picture.height)
         vocabulary = engine.model_info.vocabulary if engine.model_info is not None else None
         caution = vocabulary_warning(vocabulary, text) if vocabulary is not None else ""
         if caution:
@@ -215,6 +297,24 @@ def make_handler(engine: Engine, task: str, *, max_objects_limit: int = MAX_OBJE
 
     handler.__name__ = task
     return handler
+
+
+def api_snippet(url: str, examples: list[str]) -> str:
+    """Markdown: a gradio_client snippet for /detect and /point that runs as shown (a local file)."""
+    image = examples[0] if examples else "photo.jpg"
+    return (f"Call this server from Python (`pip install gradio_client`); errors arrive as "
+            f"`gradio_client.exceptions.AppError` with the same one-line message:\n\n"
+            f"```python\nfrom gradio_client import Client, handle_file\n\n"
+            f"client = Client({url!r})\nimage = handle_file({image!r})  # any local image file\n"
+            f"annotated, result, status = client.predict(image, \"red circle\", 10, api_name=\"/detect\")\n"
+            f"print(result[\"objects\"])  # boxes normalised to [0, 1], each with a score\n"
+            f"annotated, result, status = client.predict(image, \"red circle\", 10, api_name=\"/point\")\n"
+            f"print(result[\"points\"])\n```")
+
+
+def _page_url(request: gr.Request | None) -> str:
+    host = request.headers.get("host") if request is not None else None
+    return f"http://{host}/" if host else "http://127.0.0.1:7860/"
 
 
 def vocabulary_note(vocabulary: Vocabulary) -> str:
@@ -269,12 +369,16 @@ def build_demo(engine: Engine, *, samples: str | Path | None = DEFAULT_SAMPLES, 
                 max_objects = friendly_number_errors(gr.Number(
                     label="Max objects", value=min(DEFAULT_MAX_OBJECTS, limit), precision=0, minimum=1, maximum=limit,
                     elem_id="max-objects"), limit)
+                min_score = gr.Slider(0.0, 1.0, value=0.0, step=0.01, label="Min score",
+                                      info="hide objects the model is less sure of (score shown on each label)",
+                                      elem_id="min-score")
                 with gr.Row():
                     detect_btn = gr.Button("Detect", variant="primary", elem_id="detect-btn")
                     point_btn = gr.Button("Point", variant="secondary", elem_id="point-btn")
                 examples = sample_images(samples)
                 if examples:
-                    gr.Examples(examples=[[p] for p in examples], inputs=[image], label="Samples", elem_id="samples")
+                    picks = gr.Dataset(components=[image], samples=[[p] for p in examples], type="index",
+                                       label="Samples", elem_id="samples")
             with gr.Column(scale=1):
                 annotated = gr.Image(label="Result", type="pil", format="png", interactive=False, height=420,
                                      elem_id="result-image")
@@ -286,10 +390,36 @@ def build_demo(engine: Engine, *, samples: str | Path | None = DEFAULT_SAMPLES, 
         # by the shared engine. Stable API names "detect" and "point"; Enter in the object box
         # runs Detect through a private (non-API) event.
         run = dict(inputs=inputs, outputs=outputs, concurrency_limit=concurrency, concurrency_id="engine")
+        # A failed request shows its message in Status and clears the previous result.
+        shown = dict(outputs=outputs, api_visibility="private", queue=False, show_progress="hidden")
+        # Min score filters what the page shows (the API returns every object with its score):
+        # after each result, and again when the slider moves, from the full result kept per session.
+        full = gr.State(None)
+        refilter = dict(inputs=[image, full, min_score], outputs=[annotated, result, status],
+                        api_visibility="private", show_progress="hidden")
         for btn, task in ((detect_btn, "detect"), (point_btn, "point")):
-            btn.click(make_handler(engine, task, max_objects_limit=limit, timeout=timeout), api_name=task, **run)
-        obj.submit(make_handler(engine, "detect", max_objects_limit=limit, timeout=timeout), api_name="detect_enter",
-                   api_visibility="private", **run)
+            event = btn.click(make_handler(engine, task, max_objects_limit=limit, timeout=timeout), api_name=task, **run)
+            event.failure(failures.show, **shown).then(lambda: None, outputs=[full], api_visibility="private")
+            event.success(lambda payload: payload, inputs=[result], outputs=[full], api_visibility="private",
+                          queue=False).then(filtered_after_run, **refilter)
+        event = obj.submit(make_handler(engine, "detect", max_objects_limit=limit, timeout=timeout),
+                           api_name="detect_enter", api_visibility="private", **run)
+        event.failure(failures.show, **shown).then(lambda: None, outputs=[full], api_visibility="private")
+        event.success(lambda payload: payload, inputs=[result], outputs=[full], api_visibility="private",
+                      queue=False).then(filtered_after_run, **refilter)
+        min_score.release(filtered, **refilter)
+        # Samples: a plain value update (gr.Examples sends a property update, which makes Gradio
+        # rebuild the image component per session without the friendly upload errors).
+        if examples:
+            picks.click(lambda i: load_image(examples[i]), inputs=[picks], outputs=[image], api_visibility="private",
+                        queue=False, show_progress="hidden")
+        with gr.Accordion("Use via API", open=False, elem_id="api-usage"):
+            snippet = gr.Markdown(api_snippet("http://127.0.0.1:7860/", examples), elem_id="api-snippet")
+
+        def page_snippet(request: gr.Request) -> str:
+            return api_snippet(_page_url(request), examples)
+
+        demo.load(page_snippet, inputs=None, outputs=[snippet], api_visibility="private", queue=False)
         if vocabulary is not None:  # live, while typing: no engine work, no queue
             obj.change(lambda text: vocabulary_warning(vocabulary, text), inputs=[obj], outputs=[warning],
                        api_visibility="private", queue=False, show_progress="hidden")
@@ -309,5 +439,14 @@ def launch(demo: gr.Blocks, *, host: str = "127.0.0.1", port: int | None = None,
         kwargs.pop(key, None)
     kwargs.setdefault("css", CSS)
     kwargs.setdefault("show_error", True)  # gr.Error messages (one line each); never a traceback
-    return demo.launch(server_name=host, server_port=port, auth=auth, max_file_size=max_file_size,
-                       allowed_paths=[], share=False, **kwargs)
+    kwargs.setdefault("footer_links", ["gradio", "settings"])  # the app shows its own API snippet
+    quiet = kwargs.pop("quiet", False)
+    block = not kwargs.pop("prevent_thread_lock", False)
+    # quiet: Gradio's banner suggests share=True, which this app refuses; print the address instead.
+    result = demo.launch(server_name=host, server_port=port, auth=auth, max_file_size=max_file_size,
+                         allowed_paths=[], share=False, quiet=True, prevent_thread_lock=True, **kwargs)
+    if not quiet:
+        print(f"* Running on local URL:  {demo.local_url}", flush=True)
+    if block:
+        demo.block_thread()
+    return result

@@ -90,6 +90,7 @@ class FakeRunner:
         tokens = np.full(batch, self.eos_id, dtype=np.int64)
         coords = np.zeros(batch, dtype=np.float32)
         sizes = np.zeros((batch, 2), dtype=np.float32)
+        probs = np.ones((batch, 4), dtype=np.float32)
         for row in range(batch):
             if not active[row]:
                 continue  # padding or zombie: its sample is ignored, its script untouched
@@ -98,7 +99,8 @@ class FakeRunner:
             script.tokens += 1
             coords[row] = ((script.seed * 37 + script.tokens * 11) % 97) / 97.0
             sizes[row] = (0.05 + (script.tokens % 5) / 20.0, 0.1)
-        s.results, s.batch, s.unread, s.launched = StepResults(tokens, coords, sizes), batch, True, False
+            probs[row] = (1.0 if tokens[row] != self.coord_id else 0.5 + (script.seed % 5) / 10.0, 0.9, 0.8, 0.7)
+        s.results, s.batch, s.unread, s.launched = StepResults(tokens, coords, sizes, probs), batch, True, False
 
     def _choose(self, allowed: np.ndarray, script: RowScript) -> int:
         if allowed[self.coord_id] and allowed[self.eos_id]:
@@ -117,7 +119,7 @@ class FakeRunner:
             raise PipelineError(f"fake slot {slot}: commit read results that were never written")
         s.unread = False
         out, s.results = s.results, None
-        return StepResults(out.tokens[:batch], out.coords[:batch], out.sizes[:batch])
+        return StepResults(out.tokens[:batch], out.coords[:batch], out.sizes[:batch], out.probs[:batch])
 
     # ---- housekeeping ------------------------------------------------------------------
     def synchronize(self) -> None:

@@ -84,7 +84,7 @@ def records():
 
 
 def test_coco_detect_in_pixels(tmp_path):
-    data = to_coco(records(), task="detect", obj="cat")
+    data = to_coco(records(), task="detect", classes=("cat",))
     assert [(i["id"], i["file_name"]) for i in data["images"]] == [(1, "a.png"), (2, "b.png")]
     (ann,) = data["annotations"]
     assert ann["image_id"] == 2 and ann["bbox"] == [20.0, 20.0, 100.0, 70.0] and ann["area"] == 7000.0
@@ -99,7 +99,7 @@ def test_coco_detect_in_pixels(tmp_path):
 
 def test_coco_points_as_keypoints():
     recs = [{"path": "p.png", "width": 200, "height": 100, "result": {"points": [{"x": 0.5, "y": 0.25}]}}]
-    data = to_coco(recs, task="point", obj="eye")
+    data = to_coco(recs, task="point", classes=("eye",))
     assert data["categories"][0]["keypoints"] == ["point"]
     (ann,) = data["annotations"]
     assert ann["keypoints"] == [100.0, 25.0, 2] and ann["num_keypoints"] == 1

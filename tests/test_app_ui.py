@@ -28,7 +28,7 @@ from gradio_client import Client, handle_file  # noqa: E402
 from app.common import open_engine  # noqa: E402
 from app.draw import PALETTE, draw_result  # noqa: E402
 from app.tools.screenshot import find_chromium, free_port, run_in_browser  # noqa: E402
-from app.ui import build_demo, sample_images  # noqa: E402
+from app.ui import build_demo, launch, sample_images  # noqa: E402
 from engine.model.image import load_image  # noqa: E402
 from tests.conftest import make_checkpoint  # noqa: E402
 
@@ -71,7 +71,7 @@ def server(case):
     engine = open_engine(case["weights"], max_batch=8, max_objects=60).start()
     demo = build_demo(engine, samples=samples, concurrency=16, max_objects_limit=60)
     port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    launch(demo, port=port, prevent_thread_lock=True, quiet=True)  # the app's own launch (its safe defaults)
     url = f"http://127.0.0.1:{port}/"
     yield {"url": url, "engine": engine, "samples": samples}
     demo.close()
@@ -237,6 +237,7 @@ def test_cli_serves_on_localhost(case):
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
     assert f"http://127.0.0.1:{port}" in out
+    assert "share=True" not in out  # the app refuses sharing; Gradio's hint would mislead
 
 
 def test_cli_defaults_and_errors(tmp_path):

@@ -42,7 +42,7 @@ def ray_address():
 
 
 def without_timing(records: list[dict]) -> dict[str, dict]:
-    by_path = {r["path"]: {k: v for k, v in r.items() if k != "ms"} for r in sorted(records, key=lambda r: r["path"])}
+    by_path = {r["path"]: {k: v for k, v in r.items() if k not in ("ms", "queue_ms")} for r in sorted(records, key=lambda r: r["path"])}
     assert len(by_path) == len(records), "an image was recorded twice"
     return by_path
 
@@ -56,7 +56,9 @@ def assert_same(got, want, where="") -> None:
     requests share the decode step. Two single-process runs with different --max-batch differ
     the same way.
     """
-    if isinstance(got, float) or isinstance(want, float):
+    if where.endswith("/score"):  # rounded to 4 decimals: a last-bit difference may move the rounding
+        assert got == pytest.approx(want, abs=1.1e-4), where
+    elif isinstance(got, float) or isinstance(want, float):
         assert got == pytest.approx(want, rel=1e-6, abs=1e-9), where
     elif isinstance(got, dict):
         assert isinstance(want, dict) and list(got) == list(want), where

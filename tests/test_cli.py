@@ -148,7 +148,7 @@ def test_detect_prints_objects_json(cli, paths, eager_fp32):
     # the eager checkpoint never sends EOS; the repetition guard may end the answer at a duplicate
     assert list(result) == ["objects"] and 1 <= len(result["objects"]) <= 3
     for box in result["objects"]:
-        assert list(box) == ["x_min", "y_min", "x_max", "y_max"]
+        assert list(box) == ["x_min", "y_min", "x_max", "y_max", "score"]
         assert all(isinstance(v, float) and 0 <= v <= 1 for v in box.values())
         assert box["x_min"] <= box["x_max"] and box["y_min"] <= box["y_max"]
     assert result == reference_for(eager_fp32, paths, "detect", "red circle", 3)
@@ -160,8 +160,8 @@ def test_point_prints_points_json(cli, paths, eager_fp32):
     result = json.loads(run.stdout)
     assert list(result) == ["points"] and 1 <= len(result["points"]) <= 3
     for pt in result["points"]:
-        assert list(pt) == ["x", "y"]
-        assert all(isinstance(v, float) and 0 <= v < 1 for v in pt.values())
+        assert list(pt) == ["x", "y", "score"]
+        assert all(isinstance(v, float) and 0 <= v < 1 for k, v in pt.items() if k != "score")
     assert result == reference_for(eager_fp32, paths, "point", "red circle", 3)
 
 

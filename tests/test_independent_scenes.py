@@ -6,7 +6,6 @@ import ast
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from engine.serving.skills import normalize_query

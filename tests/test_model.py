@@ -371,7 +371,7 @@ def test_box_is_centre_plus_minus_half_size():
     b = ObjectBuilder("detect")
     assert b.add_coord(0.5) is None and b.add_coord(0.25) is None
     box = b.add_size(0.2, 0.1)
-    assert box == pytest.approx({"x_min": 0.4, "y_min": 0.2, "x_max": 0.6, "y_max": 0.3}, abs=1e-12)
+    assert box == pytest.approx({"x_min": 0.4, "y_min": 0.2, "x_max": 0.6, "y_max": 0.3, "score": 1.0}, abs=1e-12)
     assert b.result() == {"objects": [box]}
 
 
@@ -379,20 +379,20 @@ def test_box_is_clamped_to_the_image():
     b = ObjectBuilder("detect")
     b.add_coord(0.05)
     b.add_coord(0.9)
-    assert b.add_size(0.5, 1.0) == pytest.approx({"x_min": 0.0, "y_min": 0.4, "x_max": 0.3, "y_max": 1.0})
+    assert b.add_size(0.5, 1.0) == pytest.approx({"x_min": 0.0, "y_min": 0.4, "x_max": 0.3, "y_max": 1.0, "score": 1.0})
     b.add_coord(0.0)
     b.add_coord(0.0)
-    assert b.add_size(1.0, 1.0) == {"x_min": 0.0, "y_min": 0.0, "x_max": 0.5, "y_max": 0.5}
+    assert b.add_size(1.0, 1.0) == {"x_min": 0.0, "y_min": 0.0, "x_max": 0.5, "y_max": 0.5, "score": 1.0}
     assert len(b.result()["objects"]) == 2
 
 
 def test_point_builder():
     b = ObjectBuilder("point")
     assert b.add_coord(0.125) is None
-    assert b.add_coord(0.75) == {"x": 0.125, "y": 0.75}
-    b.add_coord(0.0)
-    b.add_coord(0.5)
-    assert b.result() == {"points": [{"x": 0.125, "y": 0.75}, {"x": 0.0, "y": 0.5}]}
+    assert b.add_coord(0.75) == {"x": 0.125, "y": 0.75, "score": 1.0}
+    b.add_coord(0.0, p_token=0.8, p_bin=0.5)  # p(start) x geometric mean of the bins' probabilities
+    b.add_coord(0.5, p_token=1.0, p_bin=0.5)
+    assert b.result() == {"points": [{"x": 0.125, "y": 0.75, "score": 1.0}, {"x": 0.0, "y": 0.5, "score": 0.4}]}
     assert ObjectBuilder("point").result() == {"points": []}
     assert ObjectBuilder("detect").result() == {"objects": []}
 
@@ -457,11 +457,11 @@ def check_shape(result: dict, skill: str, cap: int) -> int:
     assert len(objs) <= cap
     for o in objs:
         if skill == "point":
-            assert list(o) == ["x", "y"]
-            for v in o.values():
-                assert isinstance(v, float) and 0 <= v < 1 and (v * 1024).is_integer()
+            assert list(o) == ["x", "y", "score"]
+            for k, v in o.items():
+                assert isinstance(v, float) and 0 <= v <= 1 and (k == "score" or (v < 1 and (v * 1024).is_integer()))
         else:
-            assert list(o) == ["x_min", "y_min", "x_max", "y_max"]
+            assert list(o) == ["x_min", "y_min", "x_max", "y_max", "score"]
             assert all(isinstance(v, float) and 0 <= v <= 1 for v in o.values())
             assert o["x_min"] <= o["x_max"] and o["y_min"] <= o["y_max"]
             for lo, hi in (("x_min", "x_max"), ("y_min", "y_max")):
@@ -591,7 +591,7 @@ def test_reference_follows_the_documented_sequence(sharp_model, tokenizer, skill
     the slot holding coord_encoder(F(x)) / coord_encoder(F(y)) / size_encoder(F(w, h))."""
     model = sharp_model
     region, text = model.region, model.text
-    decode = {"coord": region.decode_coord, "size": region.decode_size}
+    decode = {"coord": region.decode_coord_p, "size": region.decode_size_p}
     seen: list[tuple[str, torch.Tensor]] = []
 
     def spy(kind):
@@ -600,8 +600,8 @@ def test_reference_follows_the_documented_sequence(sharp_model, tokenizer, skill
             return decode[kind](hidden)
         return record
 
-    monkeypatch.setattr(region, "decode_coord", spy("coord"))
-    monkeypatch.setattr(region, "decode_size", spy("size"))
+    monkeypatch.setattr(region, "decode_coord_p", spy("coord"))
+    monkeypatch.setattr(region, "decode_size_p", spy("size"))
     crops = overlap_crop_image(IMAGES["tiled"], TINY.vision)
     prompt = prompt_ids(TINY.tokens, lambda s: tokenizer.encode(s).ids, skill, "red circle")
     result = reference_generate(model, crops, prompt, skill, 2)
@@ -615,11 +615,13 @@ def test_reference_follows_the_documented_sequence(sharp_model, tokenizer, skill
         # decode steps take their softmax in fp32, hence 1e-5 rather than 1e-10
         assert close(hidden[0], full, atol=1e-5), f"{kind} slot at position {seq.shape[0] - 1}"
         if kind == "coord":
-            value = decode["coord"](full)
+            value, _ = decode["coord"](full)
             builder.add_coord(float(value))
             seq = torch.cat([seq, region.encode_coord(value)[None]])
         else:
-            wh = decode["size"](full)
+            wh, _ = decode["size"](full)
             builder.add_size(float(wh[0]), float(wh[1]))
             seq = torch.cat([seq, region.encode_size(wh)[None]])
-    assert result == builder.result()
+    unscored = {k: [{f: v for f, v in o.items() if f != "score"} for o in items] for k, items in result.items()}
+    assert unscored == {k: [{f: v for f, v in o.items() if f != "score"} for o in items]
+                        for k, items in builder.result().items()}

@@ -201,6 +201,24 @@ def test_the_fake_runner_refuses_out_of_order_use():
         runner.finalize(0, 1, states, np.ones(1, dtype=np.int64))
 
 
+def test_timing_splits_queue_wait_from_service(tokenizer, small_image):
+    """A request that waits for a KV row reports that wait as queue_ms, not as service time."""
+    clock = Clock()
+    engine, _ = fake_engine(tokenizer, max_batch=1, clock=clock)
+    first = engine.submit(small_image, "point", "red circle", max_objects=3)
+    second = engine.submit(small_image, "point", "blue", max_objects=3)
+    assert not first.started() and first.timing() == {"queue_ms": None, "service_ms": None}
+    while not second.future.done():
+        engine.step()
+        clock.now += 1.0
+    engine.run_until_idle()
+    a, b = first.timing(), second.timing()
+    assert first.started() and second.started()
+    assert a["queue_ms"] == 0.0 and a["service_ms"] > 0
+    assert b["queue_ms"] >= a["service_ms"]  # it waited for the one row the first request held
+    assert b["service_ms"] > 0 and b["queue_ms"] + b["service_ms"] > a["service_ms"]
+
+
 def test_a_cached_image_is_never_cropped_and_crops_run_off_the_caller(tokenizer, monkeypatch):
     import threading
 

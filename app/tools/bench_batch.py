@@ -37,7 +37,7 @@ Columns (one row per mode):
                 ramp and the tail are left out.
 
 `ray/single` is the ratio of the ray row to the single row for each rate. The results of the modes
-are compared image by image (results.jsonl: every field but "ms", any line order; floats within
+are compared image by image (results.jsonl: every field but the timings "ms" and "queue_ms", any line order; floats within
 --tol): a difference is reported loudly and makes the exit status 1, as does a failing child.
 Note that the engine is not batch-invariant at the last bit (tests/test_batch_ray.py
 assert_same), so on a GPU in bf16 the two modes, which batch differently, may legitimately differ.
@@ -213,12 +213,12 @@ def run_mode(cmd: list[str], mode: str, images: int, out: Path, timeout: float |
 # ---- comparing results -------------------------------------------------------------------------
 
 def load_results(out: Path) -> dict[str, dict]:
-    """results.jsonl as {path: record without "ms"} (the newest line of a path wins, as in app.batch)."""
+    """results.jsonl as {path: record without its timings} (the newest line of a path wins, as in app.batch)."""
     records: dict[str, dict] = {}
     for line in (out / "results.jsonl").read_text(encoding="utf-8").splitlines():
         if line.strip():
             rec = json.loads(line)
-            records[rec["path"]] = {k: v for k, v in rec.items() if k != "ms"}
+            records[rec["path"]] = {k: v for k, v in rec.items() if k not in ("ms", "queue_ms")}
     return records
 
 

@@ -15,6 +15,7 @@ import torch
 from engine.kernels import KernelChoice
 from engine.model.image import OverlapCrops
 from engine.model.moondream import MoondreamModel
+from engine.model.region import more_probability
 from engine.model.text import KVCache
 from engine.serving.limits import kv_positions
 from engine.serving.skills import ObjectBuilder
@@ -53,14 +54,15 @@ def reference_generate(model: MoondreamModel, crops: OverlapCrops, prompt: list[
             on_logits(logits)
         if not logits[tok.coord_id] > logits[tok.eos_id]:
             break
-        x = region.decode_coord(hidden)
-        builder.add_coord(float(x))
+        p_more = more_probability(logits, tok.coord_id, tok.eos_id)
+        x, px = region.decode_coord_p(hidden)
+        builder.add_coord(float(x), float(p_more), float(px))
         hidden = step(region.encode_coord(x))
-        y = region.decode_coord(hidden)
-        builder.add_coord(float(y))
+        y, py = region.decode_coord_p(hidden)
+        builder.add_coord(float(y), 1.0, float(py))
         hidden = step(region.encode_coord(y))
         if skill == "detect":
-            wh = region.decode_size(hidden)
-            builder.add_size(float(wh[0, 0]), float(wh[0, 1]))
+            wh, pwh = region.decode_size_p(hidden)
+            builder.add_size(float(wh[0, 0]), float(wh[0, 1]), float(pwh[0, 0]), float(pwh[0, 1]))
             hidden = step(region.encode_size(wh))
     return builder.result()

@@ -54,6 +54,54 @@ class RegionModel(nn.Module):
         """Greedy (w, h) on the log scale 2^-10 … 1, shape [..., 2]."""
         return size_from_bin(self.size_logits(hidden).argmax(-1), self.cfg.size_bins)
 
+    def decode_coord_p(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`decode_coord` and the probability that the coordinate lies within `BIN_WINDOW` of
+        it (the bins' softmax mass within ±BIN_WINDOW of the argmax), each [..., 1]."""
+        logits = self.coord_logits(hidden)
+        bins = logits.argmax(-1, keepdim=True)
+        return coord_from_bin(bins, self.cfg.coord_bins), window_probability(logits[..., None, :], bins)
+
+    def decode_size_p(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`decode_size` and the probabilities that width and height lie within `BIN_WINDOW`
+        of it, each [..., 2]."""
+        logits = self.size_logits(hidden)  # [..., 2, bins]
+        bins = logits.argmax(-1)  # [..., 2]
+        return size_from_bin(bins, self.cfg.size_bins), window_probability(logits, bins)
+
+    def decode_region_p(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`decode_coord_p` and `decode_size_p` of every row at once (the engine's sampling step):
+        coord [..., 1], size [..., 2], probabilities [..., 3] (coordinate, width, height). With
+        equal bin counts the three heads share one softmax pass (fewer kernels per step)."""
+        coord_logits, size_logits = self.coord_logits(hidden), self.size_logits(hidden)
+        coord_bins, size_bins = coord_logits.argmax(-1, keepdim=True), size_logits.argmax(-1)
+        value = coord_from_bin(coord_bins, self.cfg.coord_bins), size_from_bin(size_bins, self.cfg.size_bins)
+        if self.cfg.coord_bins == self.cfg.size_bins:
+            p = window_probability(torch.cat([coord_logits[..., None, :], size_logits], -2),
+                                   torch.cat([coord_bins, size_bins], -1))
+        else:
+            p = torch.cat([window_probability(coord_logits[..., None, :], coord_bins),
+                           window_probability(size_logits, size_bins)], -1)
+        return *value, p
+
+
+BIN_WINDOW = 0.01  # a value "agrees" with the greedy one within ±1% of the bin range (coordinates: of the image)
+
+
+def more_probability(logits: torch.Tensor, coord_id: int, eos_id: int) -> torch.Tensor:
+    """p(coord) of the coord-vs-EOS decision that starts each object: softmax over those two
+    logits only (the grammar allows nothing else there), i.e. sigmoid(l_coord - l_eos), in
+    float32. [..., V] → [...]. Decided by the logits themselves, it never changes a choice."""
+    return (logits[..., coord_id].float() - logits[..., eos_id].float()).sigmoid()
+
+
+def window_probability(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """softmax(logits) summed over the bins within ±BIN_WINDOW·N of `index`, in float32.
+    [..., k, N] logits, [..., k] index → [..., k]."""
+    n_bins = logits.shape[-1]
+    reach = max(1, round(BIN_WINDOW * n_bins))
+    near = (torch.arange(n_bins, device=logits.device) - index[..., None]).abs() <= reach  # [..., k, N]
+    return (logits.float().softmax(-1) * near).sum(-1)
+
 
 def coord_from_bin(bins: torch.Tensor, n_bins: int) -> torch.Tensor:
     return bins.float() / n_bins

@@ -74,6 +74,19 @@ class RequestHandle:
     def result(self, timeout: float | None = None) -> dict:
         return self.engine.wait(self.future, timeout)
 
+    def started(self) -> bool:
+        """Whether the request has left the queue (it holds a KV row and is being decoded)."""
+        return self.seq.admitted_at is not None
+
+    def timing(self) -> dict[str, float | None]:
+        """Milliseconds on the engine's clock: `queue_ms` waiting for a KV row, `service_ms` from
+        admission to the result (None for a phase not reached)."""
+        s = self.seq
+        end = s.finished_at
+        return {"queue_ms": None if s.admitted_at is None else round((s.admitted_at - s.submitted_at) * 1000.0, 1),
+                "service_ms": None if s.admitted_at is None or end is None
+                else round((end - s.admitted_at) * 1000.0, 1)}
+
 
 class PrefixCache:
     """LRU of image-prefix K/V on the device, keyed by a hash of the image pixels."""
@@ -174,7 +187,9 @@ class Engine:
         key, picture = decode_image(image)
         crops = None if key in self.prefix_cache else self.crops.request(key, picture)
         seq = Sequence(next(self._ids), skill, prompt, max_objects, answer_budget(skill, max_objects), key, picture, crops,
-                       on_object=on_object, deadline=None if timeout is None else self.clock() + timeout)
+                       on_object=on_object, deadline=None if timeout is None else self.clock() + timeout,
+                       submitted_at=self.clock())
+        seq.future.add_done_callback(lambda _: setattr(seq, "finished_at", self.clock()))
         self._inbox.put(seq)
         self._wake.set()
         return RequestHandle(seq.id, seq.future, seq, self)
@@ -286,6 +301,7 @@ class Engine:
         if admitted:
             items = []
             for a in admitted:
+                a.seq.admitted_at = self.clock()
                 self._attach_grammar(a.seq)
                 crops = None if a.prefix is not None else a.seq.crops.result()
                 items.append(PrefillItem(a.seq.row, crops, a.prefix, a.seq.prompt))

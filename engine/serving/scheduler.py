@@ -132,11 +132,12 @@ class Scheduler:
             seq = self.running[r]
             seq.inflight_refs -= 1
             if not seq.finalized:
-                self._consume(seq, int(results.tokens[r]), float(results.coords[r]), results.sizes[r])
+                self._consume(seq, int(results.tokens[r]), float(results.coords[r]), results.sizes[r], results.probs[r])
             if seq.finalized and seq.inflight_refs == 0:
                 self.release(seq)
 
-    def _consume(self, seq: Sequence, token: int, coord: float, size: np.ndarray) -> None:
+    def _consume(self, seq: Sequence, token: int, coord: float, size: np.ndarray, probs: np.ndarray) -> None:
+        """probs: [4] p(coord vs EOS), p(coordinate), p(width), p(height) (StepResults.probs)."""
         if token == self.eos_id:
             if seq.automaton.accepts_eos(seq.state):
                 self.finish(seq)
@@ -150,9 +151,9 @@ class Scheduler:
             return
         obj = None
         if token == self.coord_id:
-            obj = seq.builder.add_coord(coord)
+            obj = seq.builder.add_coord(coord, float(probs[0]), float(probs[1]))
         elif token == self.size_id:
-            obj = seq.builder.add_size(float(size[0]), float(size[1]))
+            obj = seq.builder.add_size(float(size[0]), float(size[1]), float(probs[2]), float(probs[3]))
         if obj is not None and seq.on_object is not None:
             try:
                 seq.on_object(obj)

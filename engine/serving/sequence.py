@@ -48,6 +48,10 @@ class Sequence:
     finalized: bool = False
     builder: ObjectBuilder | None = None
     cancel_requested: threading.Event = field(default_factory=threading.Event)
+    # Engine-clock times (seconds): submitted, given a KV row (decoding starts), result delivered.
+    submitted_at: float = 0.0
+    admitted_at: float | None = None
+    finished_at: float | None = None
 
     def can_launch(self) -> bool:
         # A row never has more than two steps in flight (one sampled, one launched).

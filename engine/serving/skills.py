@@ -32,6 +32,7 @@ _NO_SINGULAR = ("ss", "us", "is", "ous")   # "cross", "circus", "axis", "various
 class Point(TypedDict):
     x: float  # normalised to [0, 1] of the image width
     y: float
+    score: float  # confidence in [0, 1] (see `object_score`)
 
 
 class Box(TypedDict):
@@ -39,6 +40,7 @@ class Box(TypedDict):
     y_min: float
     x_max: float
     y_max: float
+    score: float  # confidence in [0, 1] (see `object_score`)
 
 
 class PointResult(TypedDict):
@@ -132,9 +134,21 @@ def is_duplicate(a: dict, b: dict) -> bool:
     return union > 0 and inter / union > DUPLICATE_IOU
 
 
+def object_score(p_start: float, p_bins: list[float]) -> float:
+    """An object's confidence from the model's own probabilities, rounded to 4 decimals:
+    p(another object) at the coord-vs-EOS decision that started it, times the geometric mean
+    of its coordinate (and size) probabilities (each the bins' mass within ±1 % of the decoded
+    value; engine/model/region.py). Deterministic; in [0, 1]."""
+    spread = 1.0
+    for p in p_bins:
+        spread *= p
+    return round(min(1.0, max(0.0, p_start * spread ** (1.0 / len(p_bins)))), 4)
+
+
 @dataclass
 class ObjectBuilder:
-    """Accumulates committed coord/size values into objects, one per complete tuple.
+    """Accumulates committed coord/size values (and their probabilities) into objects, one
+    per complete tuple.
 
     Repetition guard: an object that duplicates an earlier one (`is_duplicate`) is not kept and
     sets `repeated`; the caller (scheduler commit, reference decoder) then ends the request."""
@@ -144,18 +158,26 @@ class ObjectBuilder:
     objects: list[dict] = field(default_factory=list)
     repeated: bool = False
     _pending: list[float] = field(default_factory=list)
+    _p_start: float = 1.0
+    _p_bins: list[float] = field(default_factory=list)
 
-    def add_coord(self, value: float) -> dict | None:
+    def add_coord(self, value: float, p_token: float = 1.0, p_bin: float = 1.0) -> dict | None:
+        """`p_token`: p(coord) at the coord-vs-EOS decision (used for the first coordinate of an
+        object: the decision to emit one); `p_bin`: the probability of the value's bins."""
+        if not self._pending:
+            self._p_start, self._p_bins = p_token, []
         self._pending.append(value)
+        self._p_bins.append(p_bin)
         if self.skill == "point" and len(self._pending) == 2:
             x, y = self._pending
             self._pending = []
             return self._emit({"x": x, "y": y})
         return None
 
-    def add_size(self, w: float, h: float) -> dict | None:
+    def add_size(self, w: float, h: float, p_w: float = 1.0, p_h: float = 1.0) -> dict | None:
         x, y = self._pending
         self._pending = []
+        self._p_bins += [p_w, p_h]
         return self._emit({"x_min": clamp01(x - w / 2), "y_min": clamp01(y - h / 2),
                            "x_max": clamp01(x + w / 2), "y_max": clamp01(y + h / 2)})
 
@@ -163,6 +185,7 @@ class ObjectBuilder:
         if self.guard and any(is_duplicate(obj, earlier) for earlier in self.objects):
             self.repeated = True
             return None
+        obj["score"] = object_score(self._p_start, self._p_bins)
         self.objects.append(obj)
         return obj
 

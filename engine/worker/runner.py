@@ -24,6 +24,7 @@ import torch
 from engine.kernels import KernelChoice
 from engine.model.image import OverlapCrops
 from engine.model.moondream import MoondreamModel
+from engine.model.region import more_probability
 from engine.worker.slots import DecodeSlot, StepResults
 from engine.worker.streams import Streams
 from engine.model.text import KVCache
@@ -230,17 +231,21 @@ class ModelRunner:
             slot.tokens[:batch].copy_(slot.tokens_dev[:batch], non_blocking=True)
             slot.coords[:batch].copy_(slot.coords_dev[:batch], non_blocking=True)
             slot.sizes[:batch].copy_(slot.sizes_dev[:batch], non_blocking=True)
+            slot.probs[:batch].copy_(slot.probs_dev[:batch], non_blocking=True)
             slot.copied.record()
 
     def _sample(self, slot: DecodeSlot, batch: int) -> None:
-        """The graph body of finalize: masked greedy token, region values, pending inputs."""
+        """The graph body of finalize: masked greedy token, region values, their probabilities
+        (the scores' factors), pending inputs."""
         model = self.model
         states, act = slot.meta_dev[0, :batch], slot.meta_dev[1, :batch].bool()
         logits = self.logits[:batch].masked_fill(~self.allowed[states], float("-inf"))
         token = logits.argmax(-1)
         hidden = self.hidden[:batch]
-        coord = model.region.decode_coord(hidden)
-        size = model.region.decode_size(hidden)
+        coord, size, p_region = model.region.decode_region_p(hidden)  # [B, 1], [B, 2], [B, 3]
+        tok = self.cfg.tokens
+        slot.probs_dev[:batch] = torch.cat([more_probability(self.logits[:batch], tok.coord_id, tok.eos_id)[:, None],
+                                            p_region], -1)
         self.pending_token[:batch] = torch.where(act, token, self.pending_token[:batch])
         self.pending_coord[:batch] = torch.where(act[:, None], coord, self.pending_coord[:batch])
         self.pending_size[:batch] = torch.where(act[:, None], size, self.pending_size[:batch])

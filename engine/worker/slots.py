@@ -27,6 +27,7 @@ class StepResults:
     tokens: np.ndarray  # [B] int64
     coords: np.ndarray  # [B] float32
     sizes: np.ndarray  # [B, 2] float32
+    probs: np.ndarray  # [B, 4] float32: p(coord vs EOS), p(coordinate), p(width), p(height) (within ±1 % of the value)
 
 
 class DecodeSlot:
@@ -40,9 +41,11 @@ class DecodeSlot:
         self.tokens_dev = torch.zeros(rows, dtype=torch.long, device=device)
         self.coords_dev = torch.zeros(rows, dtype=torch.float32, device=device)
         self.sizes_dev = torch.zeros(rows, 2, dtype=torch.float32, device=device)
+        self.probs_dev = torch.zeros(rows, 4, dtype=torch.float32, device=device)
         self.tokens = streams.pinned(rows, dtype=torch.long)
         self.coords = streams.pinned(rows, dtype=torch.float32)
         self.sizes = streams.pinned(rows, 2, dtype=torch.float32)
+        self.probs = streams.pinned(rows, 4, dtype=torch.float32)
         self.mask_ready = streams.event()  # copy stream: meta uploaded
         self.sampled = streams.event()  # compute stream: tokens/values written
         self.copied = streams.event()  # copy stream: results landed on the host
@@ -53,6 +56,7 @@ class DecodeSlot:
         self.tokens.fill_(POISON_TOKEN)
         self.coords.fill_(float("nan"))
         self.sizes.fill_(float("nan"))
+        self.probs.fill_(float("nan"))
 
     def claim_for_results(self) -> None:
         if self.unread:
@@ -63,7 +67,7 @@ class DecodeSlot:
         """Copy out the first `batch` rows (after `copied` completed), then poison the buffers."""
         self.copied.synchronize()
         out = StepResults(self.tokens[:batch].numpy().copy(), self.coords[:batch].numpy().copy(),
-                          self.sizes[:batch].numpy().copy())
+                          self.sizes[:batch].numpy().copy(), self.probs[:batch].numpy().copy())
         if rows and (out.tokens[rows] == POISON_TOKEN).any():
             raise PipelineError(f"slot {self.index}: commit read results that were never written")
         self.poison()
