@@ -113,7 +113,10 @@ def check_engine_matches_reference() -> None:
     from engine.serving.engine import Engine
     from engine.model.moondream import MoondreamModel
     from engine.training.vocab import build_tokenizer
-    from tests.test_engine import IMAGES, reference
+    from engine.model.image import load_image, overlap_crop_image
+    from engine.model.reference import reference_generate
+    from engine.serving.skills import prompt_ids
+    from tests.test_engine import IMAGES
 
     torch.set_num_threads(1)
     assert kernels.available(torch.zeros(1), TINY.text.head_dim)
@@ -125,11 +128,15 @@ def check_engine_matches_reference() -> None:
     requests = [(i % len(IMAGES), ["point", "detect"][i % 2], 2 + i % 3) for i in range(5)]
     outputs = {}
     for pipelined in (True, False):
-        engine = Engine(model, tokenizer, max_batch=4, pipelined=pipelined, prefix_cache_size=0, kernels="triton")
+        engine = Engine(model, tokenizer, max_batch=4, pipelined=pipelined, prefix_cache_size=0, kernels="triton",
+                        repeat_guard=False)  # every request must run to its cap, repeats included
         handles = [engine.submit(IMAGES[image], skill, "red circle", max_objects=n) for image, skill, n in requests]
         while engine.step():
             pass
         outputs[pipelined] = [h.result() for h in handles]
-    want = [reference(model, tokenizer, image, skill, "red circle", n) for image, skill, n in requests]
+    want = [reference_generate(model, overlap_crop_image(load_image(IMAGES[image]), TINY.vision),
+                               prompt_ids(TINY.tokens, lambda t: tokenizer.encode(t).ids, skill, "red circle"), skill, n,
+                               repeat_guard=False)
+            for image, skill, n in requests]
     assert outputs[True] == outputs[False] == want, (outputs, want)
     assert all(len(w["points" if s == "point" else "objects"]) == n for w, (_, s, n) in zip(want, requests))

@@ -43,7 +43,7 @@ def test_object_builder_drops_a_duplicate_and_flags_it():
     p.add_coord(0.3)
     assert p.add_coord(0.3) is not None
     p.add_coord(0.3 + DUPLICATE_DISTANCE / 2)
-    assert p.add_coord(0.3) is None and p.repeated and p.result() == {"points": [{"x": 0.3, "y": 0.3}]}
+    assert p.add_coord(0.3) is None and p.repeated and p.result() == {"points": [{"x": 0.3, "y": 0.3, "score": 1.0}]}
     off = ObjectBuilder("point", guard=False)
     for _ in range(4):
         off.add_coord(0.3)
