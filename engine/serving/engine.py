@@ -1,4 +1,4 @@
-"""The pipelined point/detect engine.
+"""The pipelined engine: point, detect, query and caption in one step loop.
 
 One `step()` is three verbs. In pipelined mode (the default) forward t+1 is queued before
 the CPU looks at step t, so the CPU's bookkeeping hides behind the GPU's forward:
@@ -49,14 +49,17 @@ from engine.model.moondream import MoondreamModel
 from engine.model.tokenizer import load_tokenizer
 from engine.serving.config import EngineConfig
 from engine.serving.errors import Cancelled, DeadlineExceeded, EngineBusy, RequestError
-from engine.serving.limits import DEFAULT_MAX_OBJECTS, answer_budget, kv_positions
+from engine.serving.answers import AnswerFormat, JsonSchema, TextBuilder, answer_grammar, as_answer_format, one_line
+from engine.serving.limits import (DEFAULT_MAX_OBJECTS, DEFAULT_MAX_TOKENS, MAX_GRAMMAR_CELLS, TEXT_SKILLS,
+                                   answer_budget, kv_positions, max_answer_tokens)
 from engine.serving.scheduler import Scheduler
 from engine.serving.sequence import Sequence
-from engine.serving.skills import prompt_ids, validate_request
+from engine.serving.skills import (caption_prompt_ids, prompt_ids, query_prompt_ids, validate_question,
+                                   validate_request)
 from engine.worker.pipeline import PipelineState, Step
 from engine.worker.protocol import Runner
 from engine.worker.runner import ModelRunner, PrefillItem
-from grammars import GrammarCompiler, MaskTable, TokenAlphabet, detect_grammar, point_grammar
+from grammars import GrammarCompiler, GrammarSpec, MaskTable, TokenAlphabet, detect_grammar, point_grammar
 
 DEFAULT_WEIGHTS = Path(__file__).resolve().parents[2] / "assets" / "model"
 
@@ -121,7 +124,7 @@ class Engine:
         t = cfg.tokens
         self.scheduler = Scheduler(config.max_batch, self.runner.scratch_pos, cfg.prefix_len, t.coord_id, t.size_id, t.eos_id)
         self.pipeline = PipelineState()
-        self.alphabet = TokenAlphabet(vocab_size=cfg.text.vocab_size, eos_id=t.eos_id, coord_id=t.coord_id, size_id=t.size_id)
+        self.alphabet = self._alphabet(tokenizer)
         self.compiler = GrammarCompiler()
         self.masks = MaskTable(vocab_size=cfg.text.vocab_size, capacity=config.mask_capacity)
         self.prefix_cache = PrefixCache(config.prefix_cache_size)
@@ -147,29 +150,46 @@ class Engine:
         return cls(model, tokenizer, config, **overrides)
 
     # ---- public API ---------------------------------------------------------------------
-    def submit(self, image, skill: str, obj: str, *, max_objects: int = DEFAULT_MAX_OBJECTS,
-               on_object: Callable[[dict], None] | None = None, timeout: float | None = None) -> RequestHandle:
-        """Queue a request. Image decoding and cropping run here, in the caller's thread.
+    def submit(self, image, skill: str, obj: str = "", *, max_objects: int = DEFAULT_MAX_OBJECTS,
+               answer: AnswerFormat | list | dict = None, max_tokens: int | None = None, length: str = "normal",
+               on_object: Callable[[dict | str], None] | None = None, timeout: float | None = None) -> RequestHandle:
+        """Queue a request. Grammar compilation, image decoding and cropping run here, in the caller's thread.
 
-        `on_object` is called on the engine thread as each object is committed: it must return
-        at once (e.g. put the object on a queue), since the whole batch waits for it.
+        `obj` is the object to find (point/detect) or the question (query); caption reads `length`.
+        `answer` shapes a query's answer (`engine.serving.answers`); `max_tokens` caps a query's or
+        caption's answer (default: DEFAULT_MAX_TOKENS or what the row holds, whichever is less).
+        `on_object` is called on the engine thread with each committed object (point/detect) or
+        text chunk (query/caption): it must return at once (e.g. put it on a queue), since the
+        whole batch waits for it.
         """
-        text, max_objects = validate_request(skill, obj, max_objects)
         queued = self.queued()
         if queued >= self.config.max_queue:
             raise EngineBusy(f"the engine is busy ({queued} requests queued); try again shortly")
         cfg = self.model_config
-        prompt = prompt_ids(cfg.tokens, lambda s: self.tokenizer.encode(s).ids, skill, text)
+        make_builder = None
+        if skill in TEXT_SKILLS:
+            prompt, spec, limit, make_builder = self._text_request(skill, obj, answer, max_tokens, length)
+            max_objects = 0
+        else:
+            text, max_objects = validate_request(skill, obj, max_objects)
+            if max_objects > self.config.max_objects:
+                raise RequestError(f"max_objects {max_objects} exceeds this engine's limit of {self.config.max_objects}")
+            prompt = prompt_ids(cfg.tokens, lambda s: self.tokenizer.encode(s).ids, skill, text)
+            spec = detect_grammar(max_objects=max_objects) if skill == "detect" else point_grammar(max_objects=max_objects)
+            limit = max_objects
         # The whole answer's KV is reserved at admission; refuse now what can never fit a row.
-        need = kv_positions(cfg.prefix_len, len(prompt), skill, max_objects)
+        need = kv_positions(cfg.prefix_len, len(prompt), skill, limit)
         if need > self.runner.scratch_pos:
             raise RequestError(f"request needs {need} KV positions; this engine holds {self.runner.scratch_pos} "
                                f"per row (lower max_objects or raise max_len)")
+        automaton, mask_rows = self._grammar(spec)
         picture = load_image(image)
         crops = overlap_crop_image(picture, cfg.vision)
         key = hashlib.sha256(np.asarray(picture).tobytes() + repr(picture.size).encode()).hexdigest()
-        seq = Sequence(next(self._ids), skill, prompt, max_objects, answer_budget(skill, max_objects), crops, key,
-                       on_object=on_object, deadline=None if timeout is None else self.clock() + timeout)
+        seq = Sequence(next(self._ids), skill, prompt, max_objects, answer_budget(skill, limit), crops, key,
+                       on_object=on_object, make_builder=make_builder,
+                       deadline=None if timeout is None else self.clock() + timeout)
+        seq.automaton, seq.mask_rows = automaton, mask_rows
         self._inbox.put(seq)
         self._wake.set()
         return RequestHandle(seq.id, seq.future, seq, self)
@@ -180,10 +200,21 @@ class Engine:
     def detect(self, image, obj: str, *, max_objects: int = DEFAULT_MAX_OBJECTS, timeout: float | None = None) -> dict:
         return self.submit(image, "detect", obj, max_objects=max_objects, timeout=timeout).result()
 
-    def stream(self, image, skill: str, obj: str, *, max_objects: int = DEFAULT_MAX_OBJECTS) -> Iterator[dict]:
-        """Yield objects as they are committed; raises the request's error, if any, at the end."""
+    def query(self, image, question: str, *, answer: AnswerFormat | list | dict = None, max_tokens: int | None = None,
+              timeout: float | None = None) -> dict:
+        """`{"answer": text}`, or `{"answer": value}` (parsed JSON) when `answer` is a JsonSchema."""
+        return self.submit(image, "query", question, answer=answer, max_tokens=max_tokens, timeout=timeout).result()
+
+    def caption(self, image, length: str = "normal", *, max_tokens: int | None = None,
+                timeout: float | None = None) -> dict:
+        """`{"caption": text}`; length is short, normal or long."""
+        return self.submit(image, "caption", length=length, max_tokens=max_tokens, timeout=timeout).result()
+
+    def stream(self, image, skill: str, obj: str = "", **options) -> Iterator[dict | str]:
+        """Yield objects (point/detect) or text chunks (query/caption) as they are committed;
+        raises the request's error, if any, at the end. `options` are `submit`'s."""
         found: queue.SimpleQueue = queue.SimpleQueue()
-        handle = self.submit(image, skill, obj, max_objects=max_objects, on_object=found.put)
+        handle = self.submit(image, skill, obj, on_object=found.put, **options)
         handle.future.add_done_callback(lambda _: found.put(None))
         try:
             while True:
@@ -308,12 +339,64 @@ class Engine:
         self.scheduler.commit(step.rows, results)
 
     def _attach_grammar(self, seq: Sequence) -> None:
-        """The request's grammar automaton and its rows in the device mask table (admission time)."""
-        spec = detect_grammar(max_objects=seq.max_objects) if seq.skill == "detect" else point_grammar(max_objects=seq.max_objects)
-        seq.automaton = self.compiler.compile(spec, self.alphabet)
-        seq.mask_rows = self.masks.register(seq.automaton)
+        """Admission time: the grammar (compiled and registered at submit) starts; new mask rows go up."""
         seq.state = seq.automaton.initial_state
         self.runner.upload_mask_rows(self.masks.allowed, self.masks.num_rows)
+
+    # ---- requests -----------------------------------------------------------------------
+    def _alphabet(self, tokenizer) -> TokenAlphabet:
+        """The grammar alphabet: the special ids, plus the tokenizer's text tokens for text answers
+        (none when the tokenizer is not byte-level BPE: query/caption are then refused)."""
+        t, vocab = self.model_config.tokens, self.model_config.text.vocab_size
+        try:
+            return TokenAlphabet.from_tokenizer(tokenizer, vocab, t.eos_id, t.coord_id, t.size_id,
+                                                exclude=(t.bos_id, t.answer_id))
+        except (ValueError, AttributeError):
+            return TokenAlphabet(vocab_size=vocab, eos_id=t.eos_id, coord_id=t.coord_id, size_id=t.size_id)
+
+    def _text_request(self, skill: str, obj: object, answer: object, max_tokens: object, length: object):
+        """A query's or caption's prompt, grammar, token cap and result builder (RequestError if bad)."""
+        cfg = self.model_config
+        if not self.alphabet.text_tokens:
+            raise RequestError("this model's tokenizer is not a byte-level BPE, so it cannot answer in text; "
+                               "use point or detect")
+        if skill == "query":
+            prompt = query_prompt_ids(cfg.tokens, lambda s: self.tokenizer.encode(s).ids, validate_question(obj))
+            fmt = as_answer_format(answer)
+        else:
+            if answer is not None:
+                raise RequestError("caption takes no answer format; ask a query to shape the answer")
+            prompt, fmt = caption_prompt_ids(cfg.tokens, length), None
+        room = max_answer_tokens(self.runner.scratch_pos, cfg.prefix_len, len(prompt))
+        if room < 1:
+            raise RequestError(f"the prompt ({len(prompt)} tokens) leaves no room for an answer in this engine's "
+                               f"rows of {self.runner.scratch_pos} positions; ask a shorter question")
+        if max_tokens is None:
+            max_tokens = min(DEFAULT_MAX_TOKENS, room)
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= room:
+            raise RequestError(f"max_tokens must be a whole number from 1 to {room} (what this engine's rows "
+                               f"hold after this prompt), got {max_tokens!r}")
+        spec = answer_grammar(fmt)
+        key, parse = ("answer", isinstance(fmt, JsonSchema)) if skill == "query" else ("caption", False)
+        token_bytes = self.alphabet.text_tokens
+        return prompt, spec, max_tokens, lambda: TextBuilder(key, token_bytes, max_tokens, parse_json=parse)
+
+    def _grammar(self, spec: GrammarSpec):
+        """Compile (cached by grammar and vocabulary), check the size and register the mask rows:
+        a grammar that cannot run is refused here, before the request queues."""
+        try:
+            auto = self.compiler.compile(spec, self.alphabet)
+        except ValueError as e:
+            raise RequestError(f"cannot use this answer format: {one_line(e)}") from None
+        vocab = self.model_config.text.vocab_size
+        if auto.num_states * vocab > MAX_GRAMMAR_CELLS:
+            raise RequestError(f"the answer grammar is too large: {auto.num_states:,} states x {vocab:,} tokens "
+                               f"exceeds the limit of {MAX_GRAMMAR_CELLS:,}; simplify the schema or regex")
+        try:
+            return auto, self.masks.register(auto)
+        except RuntimeError as e:
+            raise RequestError(f"the answer grammar needs more mask rows than this engine has left ({one_line(e)}); "
+                               "simplify it or start the engine with a larger mask_capacity") from None
 
     def _drain_inbox(self) -> None:
         while True:
