@@ -87,12 +87,37 @@ def answer_grammar(answer: AnswerFormat) -> GrammarSpec:
         raise RequestError(f"the {what} must be non-empty text")
     if len(text) > MAX_GRAMMAR_CHARS:
         raise RequestError(f"the {what} is {len(text):,} characters long; the limit is {MAX_GRAMMAR_CHARS:,}")
+    if isinstance(answer, JsonSchema):
+        _refuse_ignored_keywords(text)
     try:
         spec = regex_grammar(text) if isinstance(answer, Regex) else json_schema_grammar(text)
         resolve(spec)  # schema → regex now, so an unsupported schema fails here, not at compile time
     except ValueError as e:
         raise RequestError(f"cannot use this {what}: {one_line(e)}") from None
     return spec
+
+
+#: Schema keywords outlines-core's regex builder ignores: an answer could match the grammar and
+#: still break them, so schemas that use them are refused rather than silently not enforced.
+IGNORED_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+
+
+def _refuse_ignored_keywords(schema_text: str) -> None:
+    try:
+        schema = json.loads(schema_text)
+    except json.JSONDecodeError:
+        return  # json_schema_grammar reports it
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            used = [k for k in IGNORED_KEYWORDS if k in node and isinstance(node[k], (int, float))]
+            if used:
+                raise RequestError(f"the JSON schema uses {', '.join(used)}, which answer grammars cannot enforce; "
+                                   'list the allowed values instead, e.g. {"enum": [0, 1, 2, 3]}')
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
 
 
 def one_line(error: BaseException, limit: int = 300) -> str:
