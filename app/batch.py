@@ -1,6 +1,8 @@
-"""`python -m app.batch`: point/detect one object in every image of a folder.
+"""`python -m app.batch`: point/detect one object in, ask a question about, or caption every image of a folder.
 
     python -m app.batch DIR --task detect|point --object TEXT [--out OUT] [--max-objects N]
+    python -m app.batch DIR --task query --question TEXT [--choices A,B | --regex R | --schema FILE] [--max-tokens N]
+    python -m app.batch DIR --task caption [--length short|normal|long] [--max-tokens N]
                         [--recursive] [--draw] [--weights DIR] [--device cpu] [--dtype fp32]
                         [--window 64] [--limit N] [--retry-errors] [--quiet]
                         [--ray [--address ADDR] [--replicas N] [--gpus-per-replica G]]
@@ -14,7 +16,9 @@ default 64), so the engine batches them. Everything is written under OUT, nothin
   "max_objects": 50, "result": {"objects": [...]}, "ms": 41.2}`` (normalised coordinates,
   as the engine returns them; ``path`` is relative to DIR, with "/"), or, for an image that
   could not be read, ``"error": "..."`` instead of ``result`` (and null width/height).
-* ``OUT/coco.json``: written at the end for the images of DIR that have a result (see
+  query/caption records carry the answer instead of ``result``: ``"question": "How many?",
+  "answer": "3"`` (the parsed JSON value with ``--schema``) or ``"length": "normal", "caption": "..."``.
+* ``OUT/coco.json`` (point/detect only): written at the end for the images of DIR that have a result (see
   app/coco.py: detect -> bbox annotations; point -> one-keypoint annotations with a 1x1 px
   bbox). Loadable with ``pycocotools.coco.COCO``.
 * ``OUT/annotated/<path>`` with ``--draw``: the image with its boxes/points drawn.
@@ -48,7 +52,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from app.common import DTYPES
-from app.job import (RESULTS_NAME, LOADERS, UsageError, default_out, find_images, Journal, Job, new_record, request_error, draw_into, redraw, install_sigint, drain_on_sigint, check_prompt_length, plan, commit, report)
+from app.job import (RESULTS_NAME, LOADERS, UsageError, default_out, find_images, Journal, Job, new_record, request_error, draw_into, redraw, install_sigint, drain_on_sigint, check_prompt_length, plan, commit, report, subject_key)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -57,8 +61,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m app.batch",
                                 description="Point/detect one object in every image of a folder (JSONL + COCO).")
     p.add_argument("dir", metavar="DIR", help="folder of images")
-    p.add_argument("--task", required=True, choices=("detect", "point"))
-    p.add_argument("--object", required=True, metavar="TEXT", help="what to look for, e.g. 'red circle'")
+    p.add_argument("--task", required=True, choices=("detect", "point", "query", "caption"))
+    p.add_argument("--object", metavar="TEXT", help="point/detect: what to look for, e.g. 'red circle'")
+    p.add_argument("--question", metavar="TEXT", help="query: the question asked of every image")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--choices", metavar="A,B,…", help="query: the answer is one of these (comma-separated)")
+    shape.add_argument("--regex", metavar="R", help="query: the answer matches this regex")
+    shape.add_argument("--schema", metavar="FILE", help="query: the answer is JSON valid under this schema (file or JSON)")
+    p.add_argument("--length", default="normal", choices=("short", "normal", "long"), help="caption length")
+    p.add_argument("--max-tokens", type=int, default=None, metavar="N", help="query/caption: answer tokens at most")
     p.add_argument("--out", default=None, metavar="OUT",
                    help="output folder (default: <DIR>-annotations beside DIR)")
     p.add_argument("--max-objects", type=int, default=DEFAULT_MAX_OBJECTS, metavar="N",
@@ -82,6 +93,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     r.add_argument("--gpus-per-replica", type=float, default=None, metavar="G",
                    help="GPUs reserved per replica (default: 1 with --device cuda, else 0)")
     args = p.parse_args(argv)
+    text_task = args.task in ("query", "caption")
+    if args.task in ("detect", "point") and args.object is None:
+        p.error(f"--task {args.task} needs --object TEXT")
+    if args.task == "query" and args.question is None:
+        p.error("--task query needs --question TEXT")
+    if args.task != "query" and (args.question or args.choices or args.regex or args.schema):
+        p.error("--question, --choices, --regex and --schema go with --task query")
+    if text_task and (args.draw or args.ray):
+        p.error(f"--task {args.task} writes answers only: --draw and --ray go with point/detect")
     for name in ("max_batch", "window", "replicas"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -92,6 +112,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not args.ray and (args.address is not None or args.replicas != 1 or args.gpus_per_replica is not None):
         p.error("--address, --replicas and --gpus-per-replica need --ray")
     return args
+
+
+def text_job(args: argparse.Namespace) -> str:
+    """query/caption: check the question and answer format up front; returns the question (query) or
+    the caption length, the job's subject. ValueError (RequestError) names what is wrong."""
+    from engine.serving.answers import answer_from_options, answer_grammar
+    from engine.serving.skills import validate_question
+
+    if args.task == "caption":
+        return args.length
+    answer_grammar(answer_from_options(choices=args.choices, regex=args.regex, schema=args.schema))
+    return validate_question(args.question)
 
 
 @dataclass
@@ -123,8 +155,7 @@ def start_one(engine, job: Job, rel: str) -> Submitted | dict | None:
         if job.stop.is_set():
             return None
         try:
-            return Submitted(rel, base, start, picture, engine.submit(picture, job.task, job.obj,
-                                                                     max_objects=job.max_objects))
+            return Submitted(rel, base, start, picture, engine.submit(picture, job.task, job.obj, **job.options))
         except EngineBusy:
             time.sleep(0.05)
         except ImageError as e:
@@ -139,7 +170,9 @@ def finish_one(job: Job, done: Submitted) -> dict:
         result = done.handle.future.result(timeout=0)
     except Exception as e:  # engine or request failure for this image only
         return {**done.base, "error": request_error(e)}
-    record = {**done.base, "result": result, "ms": round((time.perf_counter() - done.start) * 1000.0, 1)}
+    ms = round((time.perf_counter() - done.start) * 1000.0, 1)
+    record = {**done.base, **result, "ms": ms} if job.task in ("query", "caption") else \
+        {**done.base, "result": result, "ms": ms}
     if job.annotated is not None:
         draw_into(job, done.rel, done.picture, record)
     return record
@@ -155,8 +188,11 @@ def run(args: argparse.Namespace) -> int:
     if not root.is_dir():
         raise UsageError(f"{args.dir!r} is not a folder")
     try:
-        obj, max_objects = validate_request(args.task, args.object, args.max_objects)
-        check_prompt_length(args.weights, args.task, obj)
+        if args.task in ("query", "caption"):
+            obj, max_objects = text_job(args), args.max_objects  # max_objects: unused by text tasks
+        else:
+            obj, max_objects = validate_request(args.task, args.object, args.max_objects)
+            check_prompt_length(args.weights, args.task, obj)
     except ValueError as e:
         raise UsageError(str(e)) from None
     out = Path(args.out) if args.out is not None else default_out(root)
@@ -177,8 +213,9 @@ def run(args: argparse.Namespace) -> int:
         if journal.repaired:
             print(f"note: cut a torn last line ({journal.repaired} bytes) off {journal.path}", file=sys.stderr)
         for rec in records.values():
-            if (rec.get("task"), rec.get("object")) != (args.task, obj):
-                raise UsageError(f"{journal.path} holds results for {rec.get('task')} {rec.get('object')!r}, not "
+            if (rec.get("task"), rec.get(subject_key(args.task))) != (args.task, obj):
+                raise UsageError(f"{journal.path} holds results for {rec.get('task')} "
+                                 f"{rec.get(subject_key(rec.get('task')))!r}, not "
                                  f"{args.task} {obj!r}; choose another --out")
         if args.ray:
             from app.batch_ray import run_ray

@@ -131,7 +131,7 @@ def _parse(line: bytes) -> dict | None:
         return None
     if not isinstance(rec, dict) or not isinstance(rec.get("path"), str):
         return None
-    if "result" not in rec and "error" not in rec:
+    if not any(key in rec for key in ("result", "answer", "caption", "error")):
         return None
     return rec
 
@@ -163,10 +163,18 @@ class Job:
     max_objects: int
     annotated: Path | None
     stop: threading.Event = field(default_factory=threading.Event)
+    options: dict = field(default_factory=dict)  # Engine.submit's keyword arguments
+
+
+def subject_key(task: str | None) -> str:
+    """The record field naming what a job asks: the object, the question or the caption length."""
+    return {"query": "question", "caption": "length"}.get(task, "object")
 
 
 def new_record(job: Job, rel: str) -> dict:
     """The fields every record starts with (width/height filled in once the image is read)."""
+    if job.task in ("query", "caption"):
+        return {"path": rel, "width": None, "height": None, "task": job.task, subject_key(job.task): job.obj}
     return {"path": rel, "width": None, "height": None, "task": job.task, "object": job.obj,
             "max_objects": job.max_objects}
 
@@ -260,11 +268,24 @@ def plan(args, root: Path, out: Path, records: dict[str, dict], images: list[str
     if args.limit is not None:
         todo = todo[: args.limit]
     annotated = out / ANNOTATED_NAME if args.draw else None
-    job = Job(root, args.task, obj, max_objects, annotated)
+    job = Job(root, args.task, obj, max_objects, annotated, options=submit_options(args, obj, max_objects))
     pending = set(todo)
     redraws = [records[rel] for rel in images if annotated is not None and rel in records
                and "result" in records[rel] and rel not in pending and not (annotated / rel).exists()]
     return todo, skipped, job, redraws
+
+
+def submit_options(args, subject: str, max_objects: int) -> dict:
+    """Engine.submit's keyword arguments for the job's task."""
+    if args.task == "query":
+        from engine.serving.answers import answer_from_options
+
+        return {"answer": answer_from_options(choices=getattr(args, "choices", None), regex=getattr(args, "regex", None),
+                                              schema=getattr(args, "schema", None)),
+                "max_tokens": getattr(args, "max_tokens", None)}
+    if args.task == "caption":
+        return {"length": subject, "max_tokens": getattr(args, "max_tokens", None)}
+    return {"max_objects": max_objects}
 
 
 def commit(journal: Journal, records: dict[str, dict], rec: dict, bar) -> bool:
@@ -285,7 +306,9 @@ def report(args, root: Path, out: Path, journal: Journal, records: dict[str, dic
     from app.coco import to_coco, write_coco
 
     current = [records[rel] for rel in images if rel in records]
-    write_coco(out / COCO_NAME, to_coco(current, task=args.task, obj=obj))
+    text_task = args.task in ("query", "caption")
+    if not text_task:
+        write_coco(out / COCO_NAME, to_coco(current, task=args.task, obj=obj))
     failures = [r for r in current if "error" in r]
     objects = sum(_count(r) for r in current)
     new = new_ok + new_failed
@@ -293,14 +316,18 @@ def report(args, root: Path, out: Path, journal: Journal, records: dict[str, dic
     remaining = len(images) - len(current)
     print(f"images: {len(images)} in {root} ({new} new, {skipped} already recorded"
           f"{f', {remaining} left for a later run' if remaining else ''})")
-    print(f"objects: {objects} ({args.task} {obj!r})" + (" [points]" if args.task == "point" else ""))
+    if text_task:
+        print(f"answered: {len(current) - len(failures)} ({args.task} {obj!r})")
+    else:
+        print(f"objects: {objects} ({args.task} {obj!r})" + (" [points]" if args.task == "point" else ""))
     print(f"failures: {len(failures)}" + (f" ({new_failed} new)" if new_failed else ""))
     for rec in failures[:10]:
         print(_show(f"  {rec['path']}: {rec['error']}"))
     if len(failures) > 10:
         print(f"  ... and {len(failures) - 10} more (see {journal.path})")
     print(f"speed: {rate:.1f} images/s ({new} images in {elapsed:.1f} s)")
-    print(f"wrote: {journal.path}, {out / COCO_NAME}" + (f", {annotated}/" if annotated is not None else ""))
+    print(f"wrote: {journal.path}" + ("" if text_task else f", {out / COCO_NAME}")
+          + (f", {annotated}/" if annotated is not None else ""))
     if interrupted:
         return 130
     return 1 if failures else 0

@@ -17,6 +17,7 @@ import codecs
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from engine.serving.errors import RequestError
 from engine.serving.limits import MAX_CHOICE_CHARS, MAX_CHOICES, MAX_GRAMMAR_CHARS
@@ -65,6 +66,31 @@ def as_answer_format(answer: object) -> AnswerFormat:
     if isinstance(answer, Mapping) or hasattr(answer, "model_json_schema"):
         return JsonSchema(answer)
     raise RequestError(f"answer must be None, Choices([...]), Regex('...') or JsonSchema({{...}}), got {answer!r:.80}")
+
+
+def answer_from_options(*, choices: str | None = None, regex: str | None = None,
+                        schema: str | None = None) -> AnswerFormat:
+    """The answer format of the command-line / batch options: `choices` comma-separated,
+    `regex` as is, `schema` a JSON file's path or inline JSON text (RequestError if unreadable)."""
+    given = [name for name, v in (("choices", choices), ("regex", regex), ("schema", schema)) if v is not None]
+    if len(given) > 1:
+        raise RequestError(f"give one answer format, not {' and '.join(given)}")
+    if choices is not None:
+        return Choices([c.strip() for c in choices.split(",") if c.strip()])
+    if regex is not None:
+        return Regex(regex)
+    if schema is None:
+        return None
+    text = schema
+    if not schema.lstrip().startswith(("{", "[")):
+        path = Path(schema)
+        if not path.is_file():
+            raise RequestError(f"--schema {schema!r:.80} is neither a JSON file nor inline JSON")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise RequestError(f"cannot read the schema file {path.name}: {type(e).__name__}") from None
+    return JsonSchema(text)
 
 
 def answer_grammar(answer: AnswerFormat) -> GrammarSpec:
