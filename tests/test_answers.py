@@ -302,3 +302,50 @@ def test_enum_and_boolean_schemas_always_finish_and_validate(tiny_model64, token
     for h in handles:
         answer = h.result()["answer"]
         jsonschema.validate(answer, schema)
+
+
+# ---- command line and batch tool ------------------------------------------------------------
+
+def test_cli_query_and_caption_print_json(tiny_ckpt, small_image_png, tmp_path, capsys):
+    from engine.__main__ import main
+
+    image, weights = str(small_image_png), ["--weights", str(tiny_ckpt)]
+    assert main(["query", image, "Is there a star?", "--choices", "yes,no", *weights]) == 0
+    assert json.loads(capsys.readouterr().out)["answer"] in ("yes", "no")
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"c": FIELDS["colour"]}, "required": ["c"]}))
+    assert main(["query", image, "What colour?", "--schema", str(schema), "--max-tokens", "30", *weights]) == 0
+    assert json.loads(capsys.readouterr().out)["answer"]["c"] in ("red", "blue", "green")
+    assert main(["caption", image, "--length", "short", "--max-tokens", "4", *weights]) == 0
+    assert isinstance(json.loads(capsys.readouterr().out)["caption"], str)
+    assert main(["query", image, "hi", "--regex", "a)(b", *weights]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot use this answer format") and err.count("\n") == 1
+    assert main(["query", image, "hi", "--schema", str(tmp_path / "missing.json"), *weights]) == 2
+    assert "neither a JSON file nor inline JSON" in capsys.readouterr().err
+
+
+def test_batch_query_and_caption_write_answer_records(tiny_ckpt, tmp_path, capsys):
+    from PIL import Image
+
+    from app.batch import main
+
+    src = tmp_path / "images"
+    src.mkdir()
+    for i in range(3):
+        Image.fromarray(IMAGES[i]).save(src / f"{i}.png")
+    out = tmp_path / "out"
+    base = [str(src), "--weights", str(tiny_ckpt), "--quiet", "--out", str(out)]
+    assert main([*base, "--task", "query", "--question", "Is there a star?", "--choices", "yes,no"]) == 0
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["path"] for r in records) == ["0.png", "1.png", "2.png"]
+    assert all(r["answer"] in ("yes", "no") and r["question"] == "Is there a star?" for r in records)
+    assert not (out / "coco.json").exists()
+    assert main([*base, "--task", "caption"]) == 2  # OUT holds another job
+    assert "holds results for query 'Is there a star?'" in capsys.readouterr().err
+    assert main([str(src), "--weights", str(tiny_ckpt), "--quiet", "--out", str(tmp_path / "cap"), "--task", "caption",
+                 "--length", "short", "--max-tokens", "3"]) == 0
+    captions = [json.loads(line) for line in (tmp_path / "cap" / "results.jsonl").read_text().splitlines()]
+    assert all(isinstance(r["caption"], str) and r["length"] == "short" for r in captions)
+    assert main([*base, "--task", "query", "--question", "q", "--schema", "{bad"]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
