@@ -349,3 +349,29 @@ def test_batch_query_and_caption_write_answer_records(tiny_ckpt, tmp_path, capsy
     assert all(isinstance(r["caption"], str) and r["length"] == "short" for r in captions)
     assert main([*base, "--task", "query", "--question", "q", "--schema", "{bad"]) == 2
     assert "not valid JSON" in capsys.readouterr().err
+
+
+# ---- the UI's Ask and Caption handlers --------------------------------------------------------
+
+def test_ui_ask_yes_no_and_json_schema_and_caption(tiny_model64, tokenizer, small_image_png):
+    gr = pytest.importorskip("gradio")
+    from app.ui import make_text_handler
+
+    engine = Engine(tiny_model64, tokenizer, max_batch=2).start()
+    try:
+        ask, caption = make_text_handler(engine, "query"), make_text_handler(engine, "caption")
+        _, payload, status = ask(str(small_image_png), "Is there a star?", "yes / no", "", "normal")
+        assert payload["answer"] in ("yes", "no") and status.startswith(f"answer: {payload['answer']} (")
+        schema = json.dumps({"type": "object", "properties": {"c": FIELDS["colour"], "ok": FIELDS["bool"]},
+                             "required": ["c", "ok"]})
+        _, payload, _ = ask(str(small_image_png), "What colour?", "JSON schema", schema, "normal")
+        jsonschema.validate(payload["answer"], json.loads(schema))
+        _, payload, _ = caption(str(small_image_png), "", "free text", "", "short")
+        assert isinstance(payload["caption"], str) and payload["length"] == "short"
+        for args, message in (((None, "q", "free text", "", "normal"), "Upload an image"),
+                              ((str(small_image_png), " ", "free text", "", "normal"), "Type a question"),
+                              ((str(small_image_png), "q", "JSON schema", "{oops", "normal"), "not valid JSON")):
+            with pytest.raises(gr.Error, match=message):
+                ask(*args)
+    finally:
+        engine.close()

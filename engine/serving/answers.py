@@ -23,6 +23,7 @@ from engine.serving.errors import RequestError
 from engine.serving.limits import MAX_CHOICE_CHARS, MAX_CHOICES, MAX_GRAMMAR_CHARS
 from grammars import GrammarSpec, choice_grammar, json_schema_grammar, regex_grammar, text_grammar
 from grammars.pattern import resolve
+from outlines_core.json_schema import NUMBER
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,10 @@ class JsonSchema:
 
 
 AnswerFormat = Choices | Regex | JsonSchema | None
+
+#: Ready-made formats (the UI's "Answer format" choices besides a JSON schema).
+PRESET_FORMATS: dict[str, AnswerFormat] = {"free text": None, "yes / no": Choices(("yes", "no")),
+                                           "number": Regex(NUMBER)}
 
 
 def as_answer_format(answer: object) -> AnswerFormat:
