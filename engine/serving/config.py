@@ -20,7 +20,7 @@ class EngineConfig:
     max_queue: int = 1024            # waiting requests before `EngineBusy`
     max_prefill: int = 8             # requests admitted (prefilled) per step
     prefix_cache_size: int = 8       # image prefixes kept on the device (LRU); 0 disables the cache
-    mask_capacity: int = 256         # grammar mask-table rows on the device
+    mask_capacity: int = 1024        # grammar mask-table rows on the device (one per distinct allowed set)
     use_graphs: bool | None = None   # CUDA graphs (None: on CUDA)
     kernels: KernelChoice = "auto"   # fused Triton decode kernels or the PyTorch path
 
