@@ -67,11 +67,12 @@ def walks(auto: Automaton, rows: int, steps: int, seed: int) -> list[list[tuple[
     for _ in range(rows):
         state, walk = auto.initial_state, []
         while len(walk) < steps:
-            tokens = [t for t in auto.allowed_tokens(state).tolist() if t != auto.eos_id]
-            if not tokens or (auto.accepts_eos(state) and rng.random() < 0.05):
+            allowed = auto.allowed_tokens(state)
+            tokens = allowed[allowed != auto.eos_id]
+            if not len(tokens) or (auto.accepts_eos(state) and rng.random() < 0.05):
                 state = auto.initial_state
                 continue
-            token = rng.choice(tokens)
+            token = int(tokens[rng.randrange(len(tokens))])
             walk.append((state, token))
             state = auto.advance(state, token)
         out.append(walk)

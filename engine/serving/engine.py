@@ -182,14 +182,14 @@ class Engine:
         if need > self.runner.scratch_pos:
             raise RequestError(f"request needs {need} KV positions; this engine holds {self.runner.scratch_pos} "
                                f"per row (lower max_objects or raise max_len)")
-        automaton, mask_rows = self._grammar(spec)
+        automaton = self._grammar(spec)
         picture = load_image(image)
         crops = overlap_crop_image(picture, cfg.vision)
         key = hashlib.sha256(np.asarray(picture).tobytes() + repr(picture.size).encode()).hexdigest()
         seq = Sequence(next(self._ids), skill, prompt, max_objects, answer_budget(skill, limit), crops, key,
                        on_object=on_object, make_builder=make_builder,
                        deadline=None if timeout is None else self.clock() + timeout)
-        seq.automaton, seq.mask_rows = automaton, mask_rows
+        seq.automaton = automaton
         self._inbox.put(seq)
         self._wake.set()
         return RequestHandle(seq.id, seq.future, seq, self)
@@ -304,10 +304,13 @@ class Engine:
         if not self.pipeline.can_launch():
             return None
         admitted = self.scheduler.admit(self.config.max_prefill, self.prefix_cache.get)
+        ready = [a for a in admitted if self._attach_grammar(a.seq)]
+        for a in reversed([a for a in admitted if a not in ready]):  # no mask rows yet: wait, first in line
+            self.scheduler.requeue(a.seq)
+        admitted = ready
         if admitted:
             items = []
             for a in admitted:
-                self._attach_grammar(a.seq)
                 items.append(PrefillItem(a.seq.row, None if a.prefix is not None else a.seq.crops, a.prefix, a.seq.prompt))
             fresh = self.runner.launch_prefill(items, keep_prefixes=self.prefix_cache.capacity > 0)
             for a, prefix in zip(admitted, fresh):
@@ -338,10 +341,32 @@ class Engine:
         self.pipeline.commit(step)
         self.scheduler.commit(step.rows, results)
 
-    def _attach_grammar(self, seq: Sequence) -> None:
-        """Admission time: the grammar (compiled and registered at submit) starts; new mask rows go up."""
+    def _attach_grammar(self, seq: Sequence) -> bool:
+        """Admission time: the grammar (compiled at submit) gets its mask-table rows, new rows go up.
+
+        A full table is rebuilt with the grammars of the running requests only (their rows are
+        renumbered; the upload is ordered after every step already sampled). If even that leaves
+        no room, returns False: the request waits until running requests finish (submit refused
+        any grammar larger than the whole table)."""
+        try:
+            seq.mask_rows = self.masks.register(seq.automaton)
+        except RuntimeError:
+            live = [s for s in self.scheduler.running.values()
+                    if not s.finalized and s.mask_rows is not None and s is not seq]
+            used = set().union(*(s.mask_rows.tolist() for s in live)) - {MaskTable.UNCONSTRAINED}
+            if len(used) < self.masks.num_rows - 1:  # rows to win back
+                self.masks.rebuild(dict.fromkeys(s.automaton for s in live))
+                for s in live:
+                    s.mask_rows = self.masks.register(s.automaton)
+                self.runner.upload_mask_rows(self.masks.allowed, self.masks.num_rows, start=1)
+            try:
+                seq.mask_rows = self.masks.register(seq.automaton)
+            except RuntimeError:
+                seq.mask_rows = None
+                return False
         seq.state = seq.automaton.initial_state
         self.runner.upload_mask_rows(self.masks.allowed, self.masks.num_rows)
+        return True
 
     # ---- requests -----------------------------------------------------------------------
     def _alphabet(self, tokenizer) -> TokenAlphabet:
@@ -382,8 +407,8 @@ class Engine:
         return prompt, spec, max_tokens, lambda: TextBuilder(key, token_bytes, max_tokens, parse_json=parse)
 
     def _grammar(self, spec: GrammarSpec):
-        """Compile (cached by grammar and vocabulary), check the size and register the mask rows:
-        a grammar that cannot run is refused here, before the request queues."""
+        """Compile (cached by grammar and vocabulary) and check the size: a grammar that cannot
+        run is refused here, before the request queues (its mask rows are taken at admission)."""
         try:
             auto = self.compiler.compile(spec, self.alphabet)
         except ValueError as e:
@@ -392,11 +417,11 @@ class Engine:
         if auto.num_states * vocab > MAX_GRAMMAR_CELLS:
             raise RequestError(f"the answer grammar is too large: {auto.num_states:,} states x {vocab:,} tokens "
                                f"exceeds the limit of {MAX_GRAMMAR_CELLS:,}; simplify the schema or regex")
-        try:
-            return auto, self.masks.register(auto)
-        except RuntimeError as e:
-            raise RequestError(f"the answer grammar needs more mask rows than this engine has left ({one_line(e)}); "
-                               "simplify it or start the engine with a larger mask_capacity") from None
+        rows = auto.num_distinct_sets
+        if rows > self.masks.capacity - 1:
+            raise RequestError(f"the answer grammar needs {rows} mask rows; this engine holds {self.masks.capacity - 1} "
+                               "(simplify it, or start the engine with a larger mask_capacity)")
+        return auto
 
     def _drain_inbox(self) -> None:
         while True:

@@ -87,6 +87,13 @@ class Scheduler:
         seq.builder = seq.make_builder() if seq.make_builder is not None else ObjectBuilder(seq.skill)
         self.running[row] = seq
 
+    def requeue(self, seq: Sequence) -> None:
+        """Undo `start` for a request that cannot run yet: its row back to the pool, first in line."""
+        assert self.running.pop(seq.row) is seq
+        heapq.heappush(self.free_rows, seq.row)
+        seq.row, seq.status, seq.builder = -1, Status.WAITING, None
+        self.waiting.appendleft(seq)
+
     # ---- launch -------------------------------------------------------------------------
     def decode_plan(self, bucket) -> DecodePlan | None:
         rows = sorted(r for r, s in self.running.items() if s.can_launch())
