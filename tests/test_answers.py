@@ -20,8 +20,14 @@ from engine.model.reference import reference_answer
 from engine.serving.answers import Choices, JsonSchema, Regex, as_answer_format
 from engine.serving.limits import kv_positions
 from engine.serving.skills import caption_prompt_ids, prompt_ids, query_prompt_ids
-from tests.conftest import random_image
+from tests.conftest import random_image, torch_threads
 from tests.fake_runner import FakeRunner
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread():
+    with torch_threads(1):
+        yield
 
 IMAGES = [random_image(i, 60 + 40 * i, 200 - 30 * i) for i in range(3)]
 QUESTIONS = ["How many red circles are there?", "Is there a blue star?", "What colour is the square?"]
@@ -184,7 +190,7 @@ request = st.fixed_dictionaries({
     "question": st.integers(0, len(QUESTIONS) - 1),
     "answer": answer_formats(),
     "length": st.sampled_from(["short", "normal"]),
-    "max_tokens": st.integers(1, 16),
+    "max_tokens": st.integers(1, 24),
     "image": st.integers(0, len(IMAGES) - 1),
     "cancel_after": st.one_of(st.none(), st.integers(0, 6)),
 })
@@ -233,7 +239,7 @@ def in_language(answer, fmt) -> bool:
     return isinstance(answer, str)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(schedule=st.lists(request, min_size=1, max_size=5), max_batch=st.integers(1, 3),
        mask_capacity=st.sampled_from([64, 1024]))
