@@ -1,4 +1,5 @@
-"""The Gradio 6 Blocks UI: upload an image (or pick a sample), type an object, Point or Detect.
+"""The Gradio 6 Blocks UI: upload an image (or pick a sample), type an object, Point or Detect;
+or ask a question (Ask, with an answer format: free text, yes / no, number, JSON schema) or Caption.
 
 All sessions share one started :class:`~engine.serving.engine.Engine`; the two events run
 concurrently (one concurrency group, `concurrency` requests at a time), so requests from
@@ -18,6 +19,10 @@ max_objects out of range), a full engine queue ("busy") and a missed deadline ra
 In the browser the message also stays in the Status box and the previous result is cleared.
 The page's "Use via API" panel shows this snippet for the server's own address.
 
+Ask and Caption: ``(image filepath, question, answer format, schema text, caption length) ->
+(image, JSON dict, status text)``, API names ``/ask`` and ``/caption``; the JSON dict holds
+``answer`` (the parsed value for a JSON schema) or ``caption``, and ``ms``.
+
 Serve it with :func:`launch`, which applies the safe defaults: uploads over
 ``MAX_UPLOAD_BYTES`` refused by Gradio (HTTP 413), no extra ``allowed_paths`` (Gradio serves
 only its own upload/cache folders), optional password (``auth``).
@@ -25,6 +30,7 @@ only its own upload/cache folders), optional password (``auth``).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -40,6 +46,7 @@ from app.common import IMAGE_SUFFIXES  # noqa: E402
 from app.draw import draw_result  # noqa: E402
 from engine import DEFAULT_MAX_OBJECTS, MAX_OBJECTS_LIMIT, DeadlineExceeded, Engine, EngineBusy, ImageError, RequestError, load_image, validate_request  # noqa: E402
 from engine.model.vocabulary import Vocabulary  # noqa: E402
+from engine.serving.answers import PRESET_FORMATS, JsonSchema, answer_grammar  # noqa: E402
 
 __all__ = ["api_snippet", "build_demo", "launch", "sample_images", "friendly_upload_errors", "DEFAULT_SAMPLES", "IMAGE_SUFFIXES",
            "MAX_UPLOAD_BYTES", "REQUEST_TIMEOUT_S", "QUEUE_SIZE"]
@@ -265,22 +272,7 @@ def make_handler(engine: Engine, task: str, *, max_objects_limit: int = MAX_OBJE
         except ImageError as e:
             raise _user_error(f"Cannot use this image: {_reason(e, image_path)}") from None
         start = time.perf_counter()
-        try:
-            handle = engine.submit(picture, task, text, max_objects=limit, timeout=timeout)
-        except RequestError as e:
-            raise _user_error(_sentence(e)) from None
-        except EngineBusy:
-            raise _user_error("The server is busy (its request queue is full); try again in a few seconds.") from None
-        too_slow = f"The request took longer than {timeout:g} s and was stopped; try again."
-        try:
-            result = handle.result(timeout=timeout + 30.0)  # backstop: the engine enforces the deadline itself
-        except (FutureTimeout, DeadlineExceeded):
-            handle.cancel()
-            raise _user_error(too_slow) from None
-        except RequestError as e:
-            raise _user_error(_sentence(e)) from None
-        except Exception as e:  # engine failure: one line, no traceback in the UI
-            raise _user_error(f"The engine failed on this request: {' '.join(str(e).split())}") from None
+        result = _answer(engine, timeout, picture, task, text, max_objects=limit)
         ms = (time.perf_counter() - start) * 1000.0
         key = "objects" if task == "detect" else "points"
         found = result.get(key, [])
@@ -334,6 +326,79 @@ def vocabulary_warning(vocabulary: Vocabulary, text: str) -> str:
             "it will likely find nothing or the wrong thing.")
 
 
+def _answer(engine: Engine, timeout: float, picture, task: str, text: str, **options) -> dict:
+    """Submit one request and wait for its result; every failure becomes a one-line gr.Error."""
+    try:
+        handle = engine.submit(picture, task, text, timeout=timeout, **options)
+    except RequestError as e:
+        raise _user_error(_sentence(e)) from None
+    except EngineBusy:
+        raise _user_error("The server is busy (its request queue is full); try again in a few seconds.") from None
+    too_slow = f"The request took longer than {timeout:g} s and was stopped; try again."
+    try:
+        return handle.result(timeout=timeout + 30.0)  # backstop: the engine enforces the deadline itself
+    except (FutureTimeout, DeadlineExceeded):
+        handle.cancel()
+        raise _user_error(too_slow) from None
+    except RequestError as e:
+        raise _user_error(_sentence(e)) from None
+    except Exception as e:  # engine failure: one line, no traceback in the UI
+        raise _user_error(f"The engine failed on this request: {' '.join(str(e).split())}") from None
+
+
+def make_text_handler(engine: Engine, task: str, *, timeout: float = REQUEST_TIMEOUT_S):
+    """The event function of Ask / Caption: (image path, question, answer format, schema text,
+    caption length) -> (image, dict, status)."""
+
+    def handler(image_path, question, answer_format, schema_text, length):
+        try:
+            return serve(image_path, question, answer_format, schema_text, length)
+        except gr.Error:
+            raise
+        except Exception as e:  # a bug or resource failure: one line for the user, the traceback in the log
+            log.exception("%s request failed", task)
+            raise _user_error(f"The request failed ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
+                              "try again.") from None
+
+    def serve(image_path, question, answer_format, schema_text, length):
+        if not image_path:
+            raise _user_error("Upload an image (or pick a sample) first.")
+        if task == "query":
+            if not isinstance(question, str) or not question.strip():
+                raise _user_error("Type a question, e.g. 'How many red circles are there?'.")
+            if answer_format == "JSON schema":
+                if not isinstance(schema_text, str) or not schema_text.strip():
+                    raise _user_error("Paste a JSON schema into the schema box, or choose another answer format.")
+                try:
+                    fmt = JsonSchema(schema_text)
+                    answer_grammar(fmt)
+                except RequestError as e:
+                    raise _user_error(_sentence(e)) from None
+            elif answer_format in PRESET_FORMATS:
+                fmt = PRESET_FORMATS[answer_format]
+            else:
+                raise _user_error(f"Choose an answer format: {', '.join([*PRESET_FORMATS, 'JSON schema'])}.")
+            options = {"answer": fmt}
+        else:
+            question, options = "", {"length": length if length in ("short", "normal", "long") else "normal"}
+        try:
+            picture = load_image(image_path)
+        except ImageError as e:
+            raise _user_error(f"Cannot use this image: {_reason(e, image_path)}") from None
+        start = time.perf_counter()
+        result = _answer(engine, timeout, picture, task, question, **options)
+        ms = (time.perf_counter() - start) * 1000.0
+        key = "answer" if task == "query" else "caption"
+        shown = json.dumps(result[key]) if not isinstance(result[key], str) else result[key]
+        status = f"{key}: {shown[:300]} ({ms:.0f} ms)"
+        payload = {"task": task, **({"question": question} if task == "query" else options), key: result[key],
+                   "ms": round(ms, 1)}
+        return picture, payload, status
+
+    handler.__name__ = "ask" if task == "query" else "caption"
+    return handler
+
+
 def build_demo(engine: Engine, *, samples: str | Path | None = DEFAULT_SAMPLES, concurrency: int = 32,
                max_objects_limit: int = MAX_OBJECTS_LIMIT, title: str = "Moondream point & detect",
                timeout: float = REQUEST_TIMEOUT_S, queue_size: int | None = QUEUE_SIZE) -> gr.Blocks:
@@ -375,6 +440,17 @@ def build_demo(engine: Engine, *, samples: str | Path | None = DEFAULT_SAMPLES, 
                 with gr.Row():
                     detect_btn = gr.Button("Detect", variant="primary", elem_id="detect-btn")
                     point_btn = gr.Button("Point", variant="secondary", elem_id="point-btn")
+                question = gr.Textbox(label="Question", placeholder="e.g. How many red circles are there?",
+                                      max_lines=2, elem_id="question")
+                answer_format = gr.Radio([*PRESET_FORMATS, "JSON schema"], value="free text", label="Answer format",
+                                         elem_id="answer-format")
+                schema = gr.Code(label="JSON schema (with 'JSON schema')", language="json", lines=4,
+                                 elem_id="schema")
+                length = gr.Radio(["short", "normal", "long"], value="normal", label="Caption length",
+                                  elem_id="caption-length")
+                with gr.Row():
+                    ask_btn = gr.Button("Ask", variant="primary", elem_id="ask-btn")
+                    caption_btn = gr.Button("Caption", variant="secondary", elem_id="caption-btn")
                 examples = sample_images(samples)
                 if examples:
                     picks = gr.Dataset(components=[image], samples=[[p] for p in examples], type="index",
@@ -423,6 +499,9 @@ def build_demo(engine: Engine, *, samples: str | Path | None = DEFAULT_SAMPLES, 
         if vocabulary is not None:  # live, while typing: no engine work, no queue
             obj.change(lambda text: vocabulary_warning(vocabulary, text), inputs=[obj], outputs=[warning],
                        api_visibility="private", queue=False, show_progress="hidden")
+        ask = dict(run, inputs=[image, question, answer_format, schema, length])
+        ask_btn.click(make_text_handler(engine, "query", timeout=timeout), api_name="ask", **ask)
+        caption_btn.click(make_text_handler(engine, "caption", timeout=timeout), api_name="caption", **ask)
     demo.queue(default_concurrency_limit=concurrency, max_size=queue_size)
     return demo
 

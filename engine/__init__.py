@@ -3,6 +3,7 @@
     from engine import Engine, EngineConfig
     engine = Engine.from_pretrained("vikhyatk/moondream2", device="cuda", max_batch=32).start()
     engine.detect("photo.jpg", "car")     # {"objects": [{"x_min", "y_min", "x_max", "y_max"}, ...]}
+    engine.query("photo.jpg", "Is it a car?", answer=Choices(["yes", "no"]))   # {"answer": "yes"}
 
 Names are resolved lazily (PEP 562), so `import engine.training.train` or `import
 engine.model` does not load the serving stack (grammars, outlines-core).
@@ -39,7 +40,13 @@ _EXPORTS = {
     "Box": "engine.serving.skills",
     "PointResult": "engine.serving.skills",
     "DetectResult": "engine.serving.skills",
+    "QueryResult": "engine.serving.skills",
+    "CaptionResult": "engine.serving.skills",
+    "Choices": "engine.serving.answers",
+    "Regex": "engine.serving.answers",
+    "JsonSchema": "engine.serving.answers",
     "DEFAULT_MAX_OBJECTS": "engine.serving.limits",
+    "DEFAULT_MAX_TOKENS": "engine.serving.limits",
     "MAX_OBJECTS_LIMIT": "engine.serving.limits",
     "UI_MAX_OBJECTS": "engine.serving.limits",
 }
@@ -68,5 +75,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
     from engine.serving.config import EngineConfig  # noqa: F401
     from engine.serving.engine import DEFAULT_WEIGHTS, Engine, RequestHandle  # noqa: F401
     from engine.serving.errors import Cancelled, DeadlineExceeded, EngineBusy, RequestError  # noqa: F401
-    from engine.serving.limits import DEFAULT_MAX_OBJECTS, MAX_OBJECTS_LIMIT, UI_MAX_OBJECTS  # noqa: F401
-    from engine.serving.skills import SKILLS, Box, DetectResult, Point, PointResult, normalize_query, validate_request  # noqa: F401
+    from engine.serving.answers import Choices, JsonSchema, Regex  # noqa: F401
+    from engine.serving.limits import DEFAULT_MAX_OBJECTS, DEFAULT_MAX_TOKENS, MAX_OBJECTS_LIMIT, UI_MAX_OBJECTS  # noqa: F401
+    from engine.serving.skills import (SKILLS, Box, CaptionResult, DetectResult, Point, PointResult,  # noqa: F401
+                                       QueryResult, normalize_query, validate_request)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -92,13 +92,15 @@ class TokenAlphabet:
 
     @classmethod
     def from_tokenizer(
-        cls, tokenizer: Any, vocab_size: int, eos_id: int = 0, coord_id: int = 5, size_id: int = 6
+        cls, tokenizer: Any, vocab_size: int, eos_id: int = 0, coord_id: int = 5, size_id: int = 6,
+        exclude: Iterable[int] = (),
     ) -> TokenAlphabet:
         """Build an alphabet from a byte-level BPE `tokenizers.Tokenizer` (Moondream's kind).
 
         Model-vocabulary tokens are stored in byte-level form and are converted back to their
         real bytes; non-special added tokens are literal text; special added tokens are excluded
-        from text (coord/size still enter grammars as symbols through their ids).
+        from text (coord/size still enter grammars as symbols through their ids), and so are the
+        ids in `exclude` (e.g. template-only ids a tokenizer does not flag as special).
         """
         if not _uses_byte_level_decoder(json.loads(tokenizer.to_str()).get("decoder")):
             raise ValueError(
@@ -106,10 +108,13 @@ class TokenAlphabet:
                 "for other tokenizers pass text_tokens={id: surface bytes} directly"
             )
         added = tokenizer.get_added_tokens_decoder()
+        skip = set(exclude)
         text: dict[int, bytes] = {}
         for token, tid in tokenizer.get_vocab(with_added_tokens=True).items():
             if tid >= vocab_size:
                 raise ValueError(f"tokenizer id {tid} ({token!r}) does not fit vocab_size={vocab_size}")
+            if tid in skip:
+                continue
             if tid in added:
                 if not added[tid].special:
                     text[tid] = added[tid].content.encode()

@@ -50,6 +50,8 @@ class Automaton:
             ids.flags.writeable = False  # handed out without copying
             allowed.append(ids)
         self._allowed = tuple(allowed)
+        # Mask-table rows this automaton can take at most (one per distinct allowed set).
+        self.num_distinct_sets = len({ids.tobytes() for ids in allowed})
         self._must_stop = tuple(f and not edges for f, edges in zip(final, transitions))
 
     @classmethod

@@ -10,6 +10,7 @@ Single-threaded; numbers are per step.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 
@@ -21,15 +22,29 @@ from . import (
     GrammarSpec,
     MaskTable,
     TokenAlphabet,
+    choice_grammar,
     detect_grammar,
     json_schema_grammar,
     point_grammar,
     regex_grammar,
+    text_grammar,
 )
 
 VOCAB = 51_200
 STEPS = 2_000
 COUNT_SCHEMA = '{"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]}'
+# Five fields of the kinds a query answer uses: a count, a flag, a colour, a short label, a list.
+FIVE_FIELD_SCHEMA = json.dumps({
+    "type": "object",
+    "properties": {
+        "count": {"type": "integer"},
+        "present": {"type": "boolean"},
+        "colour": {"enum": ["red", "green", "blue", "yellow", "purple", "orange"]},
+        "label": {"type": "string", "maxLength": 20},
+        "shapes": {"type": "array", "items": {"enum": ["circle", "square", "triangle", "star"]}, "maxItems": 4},
+    },
+    "required": ["count", "present", "colour", "label", "shapes"],
+})
 
 
 def synthetic_alphabet(seed: int = 0) -> TokenAlphabet:
@@ -52,11 +67,12 @@ def walks(auto: Automaton, rows: int, steps: int, seed: int) -> list[list[tuple[
     for _ in range(rows):
         state, walk = auto.initial_state, []
         while len(walk) < steps:
-            tokens = [t for t in auto.allowed_tokens(state).tolist() if t != auto.eos_id]
-            if not tokens or (auto.accepts_eos(state) and rng.random() < 0.05):
+            allowed = auto.allowed_tokens(state)
+            tokens = allowed[allowed != auto.eos_id]
+            if not len(tokens) or (auto.accepts_eos(state) and rng.random() < 0.05):
                 state = auto.initial_state
                 continue
-            token = rng.choice(tokens)
+            token = int(tokens[rng.randrange(len(tokens))])
             walk.append((state, token))
             state = auto.advance(state, token)
         out.append(walk)
@@ -92,10 +108,13 @@ def main() -> None:
         "detect(max_objects=1000)": detect_grammar(1000),
         "regex [0-9]{1,3}": regex_grammar(r"[0-9]{1,3}"),
         "json_schema {count: integer}": json_schema_grammar(COUNT_SCHEMA),
+        "json_schema, 5 fields": json_schema_grammar(FIVE_FIELD_SCHEMA),
+        "free text": text_grammar(),
+        "choices yes/no": choice_grammar(["yes", "no"]),
     }
     compiler = GrammarCompiler()
     print(f"compile, vocabulary {VOCAB:,} tokens")
-    print(f"{'grammar':<30} {'states':>7} {'build ms':>9} {'cached us':>10} {'register ms':>12}")
+    print(f"{'grammar':<30} {'states':>7} {'mask rows':>9} {'build ms':>9} {'cached us':>10} {'register ms':>12}")
     autos = {}
     for label, spec in specs.items():
         start = time.perf_counter()
@@ -105,15 +124,18 @@ def main() -> None:
         compiler.compile(spec, alphabet)
         cached = time.perf_counter() - start
         start = time.perf_counter()
-        MaskTable(VOCAB, auto.num_states + 1).register(auto)
+        own = MaskTable(VOCAB, auto.num_states + 1)
+        own.register(auto)
         register = time.perf_counter() - start
         autos[label] = auto
-        print(f"{label:<30} {auto.num_states:>7} {build * 1e3:>9.1f} {cached * 1e6:>10.1f} {register * 1e3:>12.1f}")
+        print(f"{label:<30} {auto.num_states:>7} {own.num_rows - 1:>9} {build * 1e3:>9.1f} {cached * 1e6:>10.1f} "
+              f"{register * 1e3:>12.1f}")
 
     print(f"\nper step (us, median / p99 over {STEPS} steps): advance every row + global ids, then mask")
     print(f"{'grammar':<30} {'batch':>5} {'ids only':>14} {'+ bitmask':>14} {'+ bool mask':>14}")
     table = MaskTable(VOCAB, capacity=sum(a.num_states for a in autos.values()) + 1)
-    for label in ("point(max_objects=50)", "detect(max_objects=50)", "regex [0-9]{1,3}", "json_schema {count: integer}"):
+    for label in ("point(max_objects=50)", "detect(max_objects=50)", "regex [0-9]{1,3}", "json_schema {count: integer}",
+                  "json_schema, 5 fields", "free text"):
         for batch in (1, 32):
             cells = []
             for mask in ("none", "bitmask", "bool"):

@@ -69,6 +69,10 @@ class GrammarCompiler:
 
 
 def build_automaton(spec: GrammarSpec, alphabet: TokenAlphabet) -> Automaton:
+    if spec.name == "text":  # free text needs no regex: one final state that every text token loops on
+        if not alphabet.text_tokens:
+            raise ValueError(f"grammar {spec} is a text grammar but the alphabet has no text_tokens")
+        return Automaton(spec, alphabet.vocab_size, alphabet.eos_id, [dict.fromkeys(alphabet.text_tokens, 0)], [True])
     pattern = resolve(spec)
     _check_syntax(spec, pattern.regex, alphabet.eos_id)
     ids: dict[bytes, list[int]] = {}

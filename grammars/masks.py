@@ -10,6 +10,10 @@ rows' ids: `fill` / `fill_bitmask` gather on the host, or the engine keeps a dev
 JSON-schema automaton costs distinct-sets x vocab bytes, the price of precomputed masks.
 
 Row 0 is the unconstrained state (every token allowed) for padding and finished rows.
+
+Rows are never freed one by one; when per-request grammars fill the table, its owner calls
+`rebuild(keep)` with the automata still in use: every other row is forgotten and the kept
+automata are numbered again from row 1 (their old row ids become invalid).
 """
 
 from __future__ import annotations
@@ -68,6 +72,18 @@ class MaskTable:
             if new:
                 self.version += 1
             return rows
+
+    def rebuild(self, keep) -> None:
+        """Forget every row but row 0, then register the automata in `keep` again, in order."""
+        with self._lock:
+            self.allowed[1 : self.num_rows] = False
+            self.bitmask[1 : self.num_rows] = 0
+            self.num_rows = 1
+            self._row_of = {np.arange(self.vocab_size, dtype=np.int32).tobytes(): self.UNCONSTRAINED}
+            self._rows = {}
+            self.version += 1
+        for auto in keep:
+            self.register(auto)
 
     def fill(self, global_state_ids: np.ndarray, out: np.ndarray) -> None:
         """out[:B] = allowed[ids] (bool, [>= B, vocab])."""

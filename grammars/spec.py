@@ -54,6 +54,24 @@ def regex_grammar(pattern: str) -> GrammarSpec:
     return GrammarSpec("regex", (("pattern", pattern),))
 
 
+def text_grammar() -> GrammarSpec:
+    """Free text: any text token, any number of times, then eos (one state, no regex)."""
+    return GrammarSpec("text")
+
+
+def choice_grammar(choices) -> GrammarSpec:
+    """Exactly one of `choices` (non-empty strings), then eos: a regex of escaped alternatives."""
+    if isinstance(choices, str) or not all(isinstance(c, str) and c for c in choices) or not choices:
+        raise ValueError("choice_grammar needs a non-empty list of non-empty strings")
+    options = sorted(set(choices))
+    return regex_grammar("|".join(_literal(c) for c in options))
+
+
+def _literal(text: str) -> str:
+    r"""`text` as a regex matching only itself: letters and digits stay, every other character is \x{..}."""
+    return "".join(ch if ch.isalnum() else f"\\x{{{ord(ch):x}}}" for ch in text)
+
+
 def json_schema_grammar(schema: str) -> GrammarSpec:
     """JSON text valid under `schema` (a JSON string, kept verbatim: key order matters), then eos."""
     if not isinstance(schema, str):

@@ -63,7 +63,7 @@ class FakeRunner:
     def attn_bucket(self, max_position: int) -> int:
         return min(max_position + 1, self.max_len)
 
-    def upload_mask_rows(self, table: np.ndarray, num_rows: int) -> None:
+    def upload_mask_rows(self, table: np.ndarray, num_rows: int, start: int | None = None) -> None:
         self.allowed[:num_rows] = table[:num_rows]
 
     # ---- forwards ----------------------------------------------------------------------

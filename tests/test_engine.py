@@ -223,7 +223,7 @@ def test_bad_requests_fail_alone_and_the_engine_keeps_serving(tiny_model64, toke
         with pytest.raises(RequestError, match="max_objects"):
             engine.submit(IMAGES[0], "point", "star", max_objects=bad)
     with pytest.raises(RequestError, match="skill"):
-        engine.submit(IMAGES[0], "caption", "star")
+        engine.submit(IMAGES[0], "segment", "star")
     assert engine.point(IMAGES[1], "star", max_objects=2) == reference(tiny_model64, tokenizer, 1, "point", "star", 2)
 
 

@@ -66,7 +66,12 @@ class RegionConfig:
 
 @dataclass(frozen=True)
 class TokenConfig:
-    """Special ids and prompt templates (ids that follow the image prefix)."""
+    """Special ids and prompt templates (ids that follow the image prefix).
+
+    Defaults are Moondream 2's (starmie tokenizer, revision 2025-06-21): "<r0>detect<r1> obj<r2>",
+    "<r0>query<r1>question<r2><r2>" (the answer id twice, as MD2 was trained), "<r0>caption<r1>
+    short|normal|long<r2>". The small presets spell the same templates with the stand-in
+    tokenizer's ids (`engine.training.vocab`)."""
 
     bos_id: int = 0
     eos_id: int = 0
@@ -77,6 +82,19 @@ class TokenConfig:
     detect_prefix: tuple[int, ...] = (1, 7235, 476, 2)
     point_prefix: tuple[int, ...] = (1, 2581, 2)
     prompt_suffix: tuple[int, ...] = (3,)
+    # The question is encoded without a leading space and placed between prefix and suffix.
+    query_prefix: tuple[int, ...] = (1, 15381, 2)
+    query_suffix: tuple[int, ...] = (3, 3)
+    # Whole caption prompts, one per length.
+    caption_short: tuple[int, ...] = (1, 32708, 2, 12492, 3)
+    caption_normal: tuple[int, ...] = (1, 32708, 2, 6382, 3)
+    caption_long: tuple[int, ...] = (1, 32708, 2, 4059, 3)
+
+    def template_ids(self) -> tuple[int, ...]:
+        """Every id any template uses (for range checks)."""
+        return (self.bos_id, self.eos_id, self.answer_id, self.coord_id, self.size_id, *self.detect_prefix,
+                *self.point_prefix, *self.prompt_suffix, *self.query_prefix, *self.query_suffix,
+                *self.caption_short, *self.caption_normal, *self.caption_long)
 
 
 @dataclass(frozen=True)
@@ -174,9 +192,7 @@ class MoondreamConfig:
                 problems.append("region feature dims must be even (coord) and a multiple of 4 (size)")
             if self.prefix_len + 8 > t.max_context:
                 problems.append(f"text.max_context {t.max_context} leaves no room after the {self.prefix_len}-token image prefix")
-            ids = [self.tokens.bos_id, self.tokens.eos_id, self.tokens.answer_id, self.tokens.coord_id,
-                   self.tokens.size_id, *self.tokens.detect_prefix, *self.tokens.point_prefix, *self.tokens.prompt_suffix]
-            bad = sorted({i for i in ids if not 0 <= i < t.vocab_size})
+            bad = sorted({i for i in self.tokens.template_ids() if not 0 <= i < t.vocab_size})
             if bad:
                 problems.append(f"token ids {bad} lie outside the vocabulary of {t.vocab_size}")
         if problems:
@@ -185,13 +201,22 @@ class MoondreamConfig:
 
 MOONDREAM2 = MoondreamConfig()
 
+# The templates of the small presets in the stand-in tokenizer's ids (`engine.training.vocab`):
+# 10 = "detect", 11 = "point", 367 = "query", 370 = "caption"; the caption lengths are the
+# words' BPE spellings ("short" = 94 83 291 95, "normal" = 89 291 88 76 87, "long" = 87 277 82).
+SMALL_TOKENS = TokenConfig(
+    detect_prefix=(1, 10, 2), point_prefix=(1, 11, 2), query_prefix=(1, 367, 2),
+    caption_short=(1, 370, 2, 94, 83, 291, 95, 3), caption_normal=(1, 370, 2, 89, 291, 88, 76, 87, 3),
+    caption_long=(1, 370, 2, 87, 277, 82, 3),
+)
+
 # Same code, toy sizes: a 112-px crop of 8-px patches (14×14 grid, 197-token prefix).
 TINY = MoondreamConfig(
     vision=VisionConfig(dim=64, n_layers=2, n_heads=4, ff_dim=128, crop_size=112, patch_size=8,
                         overlap_margin=2, max_crops=12, proj_inner_dim=128),
     text=TextConfig(dim=64, n_layers=2, n_heads=4, ff_dim=128, vocab_size=512, max_context=384, rotary_dims=8),
     region=RegionConfig(coord_feat_dim=32, coord_bins=1024, size_feat_dim=64, size_bins=1024, inner_dim=128),
-    tokens=TokenConfig(detect_prefix=(1, 10, 2), point_prefix=(1, 11, 2)),
+    tokens=SMALL_TOKENS,
 )
 
 # Our own small default model (trained by `python -m engine.train`, shipped in assets/model):
@@ -203,7 +228,7 @@ EMBEDDED = MoondreamConfig(
                         overlap_margin=2, max_crops=4, proj_inner_dim=768),
     text=TextConfig(dim=256, n_layers=4, n_heads=8, ff_dim=1024, vocab_size=512, max_context=512, rotary_dims=16),
     region=RegionConfig(coord_feat_dim=64, coord_bins=1024, size_feat_dim=128, size_bins=1024, inner_dim=512),
-    tokens=TokenConfig(detect_prefix=(1, 10, 2), point_prefix=(1, 11, 2)),
+    tokens=SMALL_TOKENS,
 )
 
 PRESETS: dict[str, MoondreamConfig] = {"moondream2": MOONDREAM2, "tiny": TINY, "embedded": EMBEDDED}

@@ -1,4 +1,5 @@
-"""The plain, blocking Moondream point/detect procedure (Moondream 2 §12.1), one request at a time.
+"""The plain, blocking Moondream procedures, one request at a time: point/detect (Moondream 2
+§12.1) and greedy text answers under a grammar (query/caption, §14 with argmax).
 
 It is the correctness oracle for the pipelined engine, so it is written independently of
 the engine's grammar machinery. One choice differs from the reference code: whether another
@@ -66,3 +67,38 @@ def reference_generate(model: MoondreamModel, crops: OverlapCrops, prompt: list[
             builder.add_size(float(wh[0, 0]), float(wh[0, 1]), float(pwh[0, 0]), float(pwh[0, 1]))
             hidden = step(region.encode_size(wh))
     return builder.result()
+
+
+@torch.inference_mode()
+def reference_answer(model: MoondreamModel, crops: OverlapCrops, prompt: list[int], grammar,
+                     max_tokens: int, kernels: KernelChoice = "torch") -> tuple[list[int], bool]:
+    """Greedy text answer of one request under `grammar` (an automaton: `initial_state`,
+    `allowed_tokens(state)`, `advance`, `accepts_eos`, `must_stop`): at each step the logits
+    outside the allowed set are -inf. Returns the answer's token ids (EOS excluded) and whether
+    it ended where the grammar may end (False: cut by max_tokens inside the grammar)."""
+    cfg = model.config
+    text = model.text
+    kv = KVCache.allocate(cfg.text, rows=1, max_len=cfg.prefix_len + len(prompt) + max_tokens + 1,
+                          device=model.device, dtype=model.dtype)
+    row = torch.zeros(1, dtype=torch.long, device=model.device)
+    text.prefill(model.encode_image(crops), kv, row, torch.zeros(1, dtype=torch.long, device=model.device))
+    prompt_embeds = model.embed_ids(torch.tensor(prompt, device=model.device))[None]
+    hidden = text.prefill(prompt_embeds, kv, row, torch.full((1,), cfg.prefix_len, device=model.device))[:, -1]
+    position = cfg.prefix_len + len(prompt)
+    state, answer = grammar.initial_state, []
+    while True:
+        logits = text.logits(hidden)[0]
+        allowed = torch.tensor(grammar.allowed_tokens(state).tolist(), dtype=torch.long, device=model.device)
+        token = int(allowed[logits[allowed].argmax()])  # the first of equal maxima, as a masked argmax
+        if token == cfg.tokens.eos_id:
+            return answer, True
+        state = grammar.advance(state, token)
+        answer.append(token)
+        if grammar.must_stop(state):
+            return answer, True
+        if len(answer) >= max_tokens:
+            return answer, grammar.accepts_eos(state)
+        embed = model.embed_ids(torch.tensor([token], device=model.device))
+        hidden = text.decode(embed.to(model.dtype), kv, torch.tensor([position], device=model.device), position + 1,
+                             kernels)
+        position += 1

@@ -8,21 +8,21 @@ from dataclasses import dataclass
 
 from engine.kernels import KERNEL_CHOICES, KernelChoice
 from engine.model.config import MoondreamConfig
-from engine.serving.limits import DEFAULT_MAX_OBJECTS, MAX_OBJECTS_LIMIT, MAX_PROMPT_TOKENS, kv_positions
+from engine.serving.limits import MAX_OBJECTS_LIMIT
 
 
 @dataclass(frozen=True)
 class EngineConfig:
     max_batch: int = 16              # KV rows = the largest decode batch
-    max_objects: int = DEFAULT_MAX_OBJECTS  # the most objects a row is sized for (detect, 3 tokens each)
-    max_len: int | None = None       # KV positions per row; None: `kv_positions(model)`
+    max_objects: int = MAX_OBJECTS_LIMIT  # the most objects one request may ask of this engine
+    max_len: int | None = None       # KV positions per row; None: the model's context
     pipelined: bool = True           # False: launch → finalize → commit, blocking (the A/B baseline)
     max_queue: int = 1024            # waiting requests before `EngineBusy`
     max_prefill: int = 8             # new images encoded (prefilled) per step
     max_prefill_cached: int = 64     # requests with a cached image prefix prefilled per step (prompt only)
     crop_threads: int = 4            # threads making overlap crops (engine.serving.crops)
     prefix_cache_size: int = 8       # image prefixes kept on the device (LRU); 0 disables the cache
-    mask_capacity: int = 256         # grammar mask-table rows on the device
+    mask_capacity: int = 1024        # grammar mask-table rows on the device (one per distinct allowed set)
     use_graphs: bool | None = None   # CUDA graphs (None: on CUDA)
     kernels: KernelChoice = "auto"   # fused Triton decode kernels or the PyTorch path
     repeat_guard: bool = True        # end a request at a near-duplicate object (skills.is_duplicate)
@@ -41,12 +41,13 @@ class EngineConfig:
             raise ValueError("invalid engine config: " + "; ".join(problems))
 
     def kv_positions(self, model: MoondreamConfig) -> int:
-        """KV positions per row: `max_len` if given, else a detect of `max_objects` objects after
-        a prompt of MAX_PROMPT_TOKENS, capped at the model's context."""
+        """KV positions per row: `max_len` if given, else the model's whole context, so a request
+        may use up to the context's worth of objects or answer tokens. Each request reserves only
+        its own budget (`limits.kv_positions`), and the decode step attends over the batch's
+        written positions only (bucketed), so the longer row costs memory, not step time."""
         if self.max_len is not None:
             return self.max_len
-        need = kv_positions(model.prefix_len, MAX_PROMPT_TOKENS, "detect", self.max_objects)
-        return min(model.text.max_context, need)
+        return model.text.max_context
 
     def replace(self, **changes) -> EngineConfig:
         return dataclasses.replace(self, **changes)

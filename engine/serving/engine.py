@@ -1,4 +1,4 @@
-"""The pipelined point/detect engine.
+"""The pipelined engine: point, detect, query and caption in one step loop.
 
 One `step()` is three verbs. In pipelined mode (the default) forward t+1 is queued before
 the CPU looks at step t, so the CPU's bookkeeping hides behind the GPU's forward:
@@ -47,14 +47,17 @@ from engine.model.pretrained import ModelInfo, load_pretrained
 from engine.serving.config import EngineConfig
 from engine.serving.crops import CropService, decode_image
 from engine.serving.errors import Cancelled, DeadlineExceeded, EngineBusy, RequestError
-from engine.serving.limits import DEFAULT_MAX_OBJECTS, answer_budget, kv_positions
+from engine.serving.answers import AnswerFormat, JsonSchema, TextBuilder, answer_grammar, as_answer_format, one_line
+from engine.serving.limits import (DEFAULT_MAX_OBJECTS, DEFAULT_MAX_TOKENS, MAX_GRAMMAR_CELLS, TEXT_SKILLS,
+                                   answer_budget, kv_positions, max_answer_tokens)
 from engine.serving.scheduler import Scheduler
 from engine.serving.sequence import Sequence
-from engine.serving.skills import prompt_ids, validate_request
+from engine.serving.skills import (caption_prompt_ids, prompt_ids, query_prompt_ids, validate_question,
+                                   validate_request)
 from engine.worker.pipeline import PipelineState, Step
 from engine.worker.protocol import Runner
 from engine.worker.runner import ModelRunner, PrefillItem
-from grammars import GrammarCompiler, MaskTable, TokenAlphabet, detect_grammar, point_grammar
+from grammars import GrammarCompiler, GrammarSpec, MaskTable, TokenAlphabet, detect_grammar, point_grammar
 
 DEFAULT_WEIGHTS = Path(__file__).resolve().parents[2] / "assets" / "model"
 
@@ -136,7 +139,7 @@ class Engine:
         self.scheduler = Scheduler(config.max_batch, self.runner.scratch_pos, cfg.prefix_len, t.coord_id, t.size_id, t.eos_id,
                                    repeat_guard=config.repeat_guard)
         self.pipeline = PipelineState()
-        self.alphabet = TokenAlphabet(vocab_size=cfg.text.vocab_size, eos_id=t.eos_id, coord_id=t.coord_id, size_id=t.size_id)
+        self.alphabet = self._alphabet(tokenizer)
         self.compiler = GrammarCompiler()
         self.masks = MaskTable(vocab_size=cfg.text.vocab_size, capacity=config.mask_capacity)
         self.prefix_cache = PrefixCache(config.prefix_cache_size)
@@ -165,30 +168,46 @@ class Engine:
         return engine
 
     # ---- public API ---------------------------------------------------------------------
-    def submit(self, image, skill: str, obj: str, *, max_objects: int = DEFAULT_MAX_OBJECTS,
-               on_object: Callable[[dict], None] | None = None, timeout: float | None = None) -> RequestHandle:
-        """Queue a request. The image is decoded and hashed here, in the caller's thread; its
-        crops are made on the crop threads, and only if its prefix is not cached.
+    def submit(self, image, skill: str, obj: str = "", *, max_objects: int = DEFAULT_MAX_OBJECTS,
+               answer: AnswerFormat | list | dict = None, max_tokens: int | None = None, length: str = "normal",
+               on_object: Callable[[dict | str], None] | None = None, timeout: float | None = None) -> RequestHandle:
+        """Queue a request. Grammar compilation and image decoding and hashing run here, in the
+        caller's thread; the crops are made on the crop threads, and only if the prefix is not cached.
 
-        `on_object` is called on the engine thread as each object is committed: it must return
-        at once (e.g. put the object on a queue), since the whole batch waits for it.
+        `obj` is the object to find (point/detect) or the question (query); caption reads `length`.
+        `answer` shapes a query's answer (`engine.serving.answers`); `max_tokens` caps a query's or
+        caption's answer (default: DEFAULT_MAX_TOKENS or what the row holds, whichever is less).
+        `on_object` is called on the engine thread with each committed object (point/detect) or
+        text chunk (query/caption): it must return at once (e.g. put it on a queue), since the
+        whole batch waits for it.
         """
-        text, max_objects = validate_request(skill, obj, max_objects)
         queued = self.queued()
         if queued >= self.config.max_queue:
             raise EngineBusy(f"the engine is busy ({queued} requests queued); try again shortly")
         cfg = self.model_config
-        prompt = prompt_ids(cfg.tokens, lambda s: self.tokenizer.encode(s).ids, skill, text)
+        make_builder = None
+        if skill in TEXT_SKILLS:
+            prompt, spec, limit, make_builder = self._text_request(skill, obj, answer, max_tokens, length)
+            max_objects = 0
+        else:
+            text, max_objects = validate_request(skill, obj, max_objects)
+            if max_objects > self.config.max_objects:
+                raise RequestError(f"max_objects {max_objects} exceeds this engine's limit of {self.config.max_objects}")
+            prompt = prompt_ids(cfg.tokens, lambda s: self.tokenizer.encode(s).ids, skill, text)
+            spec = detect_grammar(max_objects=max_objects) if skill == "detect" else point_grammar(max_objects=max_objects)
+            limit = max_objects
         # The whole answer's KV is reserved at admission; refuse now what can never fit a row.
-        need = kv_positions(cfg.prefix_len, len(prompt), skill, max_objects)
+        need = kv_positions(cfg.prefix_len, len(prompt), skill, limit)
         if need > self.runner.scratch_pos:
             raise RequestError(f"request needs {need} KV positions; this engine holds {self.runner.scratch_pos} "
                                f"per row (lower max_objects or raise max_len)")
+        automaton = self._grammar(spec)
         key, picture = decode_image(image)
         crops = None if key in self.prefix_cache else self.crops.request(key, picture)
-        seq = Sequence(next(self._ids), skill, prompt, max_objects, answer_budget(skill, max_objects), key, picture, crops,
-                       on_object=on_object, deadline=None if timeout is None else self.clock() + timeout,
-                       submitted_at=self.clock())
+        seq = Sequence(next(self._ids), skill, prompt, max_objects, answer_budget(skill, limit), key, picture, crops,
+                       on_object=on_object, make_builder=make_builder,
+                       deadline=None if timeout is None else self.clock() + timeout, submitted_at=self.clock())
+        seq.automaton = automaton
         seq.future.add_done_callback(lambda _: setattr(seq, "finished_at", self.clock()))
         self._inbox.put(seq)
         self._wake.set()
@@ -200,10 +219,21 @@ class Engine:
     def detect(self, image, obj: str, *, max_objects: int = DEFAULT_MAX_OBJECTS, timeout: float | None = None) -> dict:
         return self.submit(image, "detect", obj, max_objects=max_objects, timeout=timeout).result()
 
-    def stream(self, image, skill: str, obj: str, *, max_objects: int = DEFAULT_MAX_OBJECTS) -> Iterator[dict]:
-        """Yield objects as they are committed; raises the request's error, if any, at the end."""
+    def query(self, image, question: str, *, answer: AnswerFormat | list | dict = None, max_tokens: int | None = None,
+              timeout: float | None = None) -> dict:
+        """`{"answer": text}`, or `{"answer": value}` (parsed JSON) when `answer` is a JsonSchema."""
+        return self.submit(image, "query", question, answer=answer, max_tokens=max_tokens, timeout=timeout).result()
+
+    def caption(self, image, length: str = "normal", *, max_tokens: int | None = None,
+                timeout: float | None = None) -> dict:
+        """`{"caption": text}`; length is short, normal or long."""
+        return self.submit(image, "caption", length=length, max_tokens=max_tokens, timeout=timeout).result()
+
+    def stream(self, image, skill: str, obj: str = "", **options) -> Iterator[dict | str]:
+        """Yield objects (point/detect) or text chunks (query/caption) as they are committed;
+        raises the request's error, if any, at the end. `options` are `submit`'s."""
         found: queue.SimpleQueue = queue.SimpleQueue()
-        handle = self.submit(image, skill, obj, max_objects=max_objects, on_object=found.put)
+        handle = self.submit(image, skill, obj, on_object=found.put, **options)
         handle.future.add_done_callback(lambda _: found.put(None))
         try:
             while True:
@@ -298,11 +328,14 @@ class Engine:
         admitted = self.scheduler.admit(new_images, self.config.max_prefill_cached, self.prefix_cache.get,
                                         self._crops_ready)
         admitted = [a for a in admitted if self._has_pixels(a.seq, a.prefix is not None)]
+        ready = [a for a in admitted if self._attach_grammar(a.seq)]
+        for a in reversed([a for a in admitted if a not in ready]):  # no mask rows yet: wait, first in line
+            self.scheduler.requeue(a.seq)
+        admitted = ready
         if admitted:
             items = []
             for a in admitted:
                 a.seq.admitted_at = self.clock()
-                self._attach_grammar(a.seq)
                 crops = None if a.prefix is not None else a.seq.crops.result()
                 items.append(PrefillItem(a.seq.row, crops, a.prefix, a.seq.prompt))
                 a.seq.picture = a.seq.crops = None
@@ -353,13 +386,87 @@ class Engine:
             seq.crops.exception()
         return seq.crops.done()
 
-    def _attach_grammar(self, seq: Sequence) -> None:
-        """The request's grammar automaton and its rows in the device mask table (admission time)."""
-        spec = detect_grammar(max_objects=seq.max_objects) if seq.skill == "detect" else point_grammar(max_objects=seq.max_objects)
-        seq.automaton = self.compiler.compile(spec, self.alphabet)
-        seq.mask_rows = self.masks.register(seq.automaton)
+    def _attach_grammar(self, seq: Sequence) -> bool:
+        """Admission time: the grammar (compiled at submit) gets its mask-table rows, new rows go up.
+
+        A full table is rebuilt with the grammars of the running requests only (their rows are
+        renumbered; the upload is ordered after every step already sampled). If even that leaves
+        no room, returns False: the request waits until running requests finish (submit refused
+        any grammar larger than the whole table)."""
+        try:
+            seq.mask_rows = self.masks.register(seq.automaton)
+        except RuntimeError:
+            live = [s for s in self.scheduler.running.values()
+                    if not s.finalized and s.mask_rows is not None and s is not seq]
+            used = set().union(*(s.mask_rows.tolist() for s in live)) - {MaskTable.UNCONSTRAINED}
+            if len(used) < self.masks.num_rows - 1:  # rows to win back
+                self.masks.rebuild(dict.fromkeys(s.automaton for s in live))
+                for s in live:
+                    s.mask_rows = self.masks.register(s.automaton)
+                self.runner.upload_mask_rows(self.masks.allowed, self.masks.num_rows, start=1)
+            try:
+                seq.mask_rows = self.masks.register(seq.automaton)
+            except RuntimeError:
+                seq.mask_rows = None
+                return False
         seq.state = seq.automaton.initial_state
         self.runner.upload_mask_rows(self.masks.allowed, self.masks.num_rows)
+        return True
+
+    # ---- requests -----------------------------------------------------------------------
+    def _alphabet(self, tokenizer) -> TokenAlphabet:
+        """The grammar alphabet: the special ids, plus the tokenizer's text tokens for text answers
+        (none when the tokenizer is not byte-level BPE: query/caption are then refused)."""
+        t, vocab = self.model_config.tokens, self.model_config.text.vocab_size
+        try:
+            return TokenAlphabet.from_tokenizer(tokenizer, vocab, t.eos_id, t.coord_id, t.size_id,
+                                                exclude=(t.bos_id, t.answer_id))
+        except (ValueError, AttributeError):
+            return TokenAlphabet(vocab_size=vocab, eos_id=t.eos_id, coord_id=t.coord_id, size_id=t.size_id)
+
+    def _text_request(self, skill: str, obj: object, answer: object, max_tokens: object, length: object):
+        """A query's or caption's prompt, grammar, token cap and result builder (RequestError if bad)."""
+        cfg = self.model_config
+        if not self.alphabet.text_tokens:
+            raise RequestError("this model's tokenizer is not a byte-level BPE, so it cannot answer in text; "
+                               "use point or detect")
+        if skill == "query":
+            prompt = query_prompt_ids(cfg.tokens, lambda s: self.tokenizer.encode(s).ids, validate_question(obj))
+            fmt = as_answer_format(answer)
+        else:
+            if answer is not None:
+                raise RequestError("caption takes no answer format; ask a query to shape the answer")
+            prompt, fmt = caption_prompt_ids(cfg.tokens, length), None
+        room = max_answer_tokens(self.runner.scratch_pos, cfg.prefix_len, len(prompt))
+        if room < 1:
+            raise RequestError(f"the prompt ({len(prompt)} tokens) leaves no room for an answer in this engine's "
+                               f"rows of {self.runner.scratch_pos} positions; ask a shorter question")
+        if max_tokens is None:
+            max_tokens = min(DEFAULT_MAX_TOKENS, room)
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= room:
+            raise RequestError(f"max_tokens must be a whole number from 1 to {room} (what this engine's rows "
+                               f"hold after this prompt), got {max_tokens!r}")
+        spec = answer_grammar(fmt)
+        key, parse = ("answer", isinstance(fmt, JsonSchema)) if skill == "query" else ("caption", False)
+        token_bytes = self.alphabet.text_tokens
+        return prompt, spec, max_tokens, lambda: TextBuilder(key, token_bytes, max_tokens, parse_json=parse)
+
+    def _grammar(self, spec: GrammarSpec):
+        """Compile (cached by grammar and vocabulary) and check the size: a grammar that cannot
+        run is refused here, before the request queues (its mask rows are taken at admission)."""
+        try:
+            auto = self.compiler.compile(spec, self.alphabet)
+        except ValueError as e:
+            raise RequestError(f"cannot use this answer format: {one_line(e)}") from None
+        vocab = self.model_config.text.vocab_size
+        if auto.num_states * vocab > MAX_GRAMMAR_CELLS:
+            raise RequestError(f"the answer grammar is too large: {auto.num_states:,} states x {vocab:,} tokens "
+                               f"exceeds the limit of {MAX_GRAMMAR_CELLS:,}; simplify the schema or regex")
+        rows = auto.num_distinct_sets
+        if rows > self.masks.capacity - 1:
+            raise RequestError(f"the answer grammar needs {rows} mask rows; this engine holds {self.masks.capacity - 1} "
+                               "(simplify it, or start the engine with a larger mask_capacity)")
+        return auto
 
     def _drain_inbox(self) -> None:
         while True:

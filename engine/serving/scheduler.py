@@ -15,7 +15,7 @@ from typing import Callable, Generic, TypeVar
 
 import numpy as np
 
-from engine.serving.errors import Cancelled, DeadlineExceeded
+from engine.serving.errors import Cancelled, DeadlineExceeded, RequestError
 from engine.serving.sequence import Sequence, Status
 from engine.serving.skills import ObjectBuilder
 from engine.worker.slots import StepResults
@@ -94,8 +94,15 @@ class Scheduler:
     def start(self, seq: Sequence, row: int, position: int, end_position: int) -> None:
         seq.row, seq.position, seq.end_position = row, position, end_position
         seq.status = Status.RUNNING
-        seq.builder = ObjectBuilder(seq.skill, guard=self.repeat_guard)
+        seq.builder = seq.make_builder() if seq.make_builder is not None else ObjectBuilder(seq.skill, guard=self.repeat_guard)
         self.running[row] = seq
+
+    def requeue(self, seq: Sequence) -> None:
+        """Undo `start` for a request that cannot run yet: its row back to the pool, first in line."""
+        assert self.running.pop(seq.row) is seq
+        heapq.heappush(self.free_rows, seq.row)
+        seq.row, seq.status, seq.builder = -1, Status.WAITING, None
+        self.waiting.appendleft(seq)
 
     # ---- launch -------------------------------------------------------------------------
     def decode_plan(self, bucket) -> DecodePlan | None:
@@ -154,6 +161,8 @@ class Scheduler:
             obj = seq.builder.add_coord(coord, float(probs[0]), float(probs[1]))
         elif token == self.size_id:
             obj = seq.builder.add_size(float(size[0]), float(size[1]), float(probs[2]), float(probs[3]))
+        else:
+            obj = seq.builder.add_token(token)  # a text chunk (query/caption)
         if obj is not None and seq.on_object is not None:
             try:
                 seq.on_object(obj)
@@ -162,6 +171,9 @@ class Scheduler:
                 return
         if seq.builder.repeated or seq.automaton.must_stop(seq.state):   # repetition guard: stop at a duplicate
             self.finish(seq)
+        elif seq.builder.at_limit():  # max_tokens: done if the grammar may end here
+            self.finish(seq, None if seq.automaton.accepts_eos(seq.state) else RequestError(
+                f"request {seq.id}: the answer did not complete within max_tokens={seq.budget}; raise max_tokens"))
         elif seq.position >= seq.end_position and seq.inflight_refs == 0:
             self.finish(seq, RuntimeError(f"request {seq.id}: token budget exhausted before the grammar ended"))
 
@@ -173,7 +185,10 @@ class Scheduler:
         seq.status = Status.DONE
         if not seq.future.done():
             if error is None:
-                seq.future.set_result(seq.builder.result())
+                try:
+                    seq.future.set_result(seq.builder.result())
+                except Exception as e:  # a result that cannot be built fails its own request only
+                    seq.future.set_exception(e)
             else:
                 seq.future.set_exception(error)
 

@@ -29,12 +29,13 @@ class Sequence:
     id: int
     skill: str
     prompt: list[int]
-    max_objects: int
-    budget: int  # decode positions the answer may use (every object + EOS), reserved at admission
+    max_objects: int  # 0 for query/caption
+    budget: int  # decode positions the answer may use (limits.answer_budget), reserved at admission
     image_key: str
     picture: object  # the decoded image (PIL), until admission
     crops: Future | None  # its OverlapCrops (engine.serving.crops); None while its prefix is cached
-    on_object: Callable[[dict], None] | None = None
+    on_object: Callable[[dict | str], None] | None = None  # each committed object, or text chunk
+    make_builder: Callable[[], object] | None = None  # None: ObjectBuilder(skill)
     deadline: float | None = None  # time.monotonic() seconds
     future: Future = field(default_factory=Future)
     status: Status = Status.WAITING
@@ -46,7 +47,7 @@ class Sequence:
     mask_rows: object = None  # np.ndarray: grammar state → mask-table row
     inflight_refs: int = 0
     finalized: bool = False
-    builder: ObjectBuilder | None = None
+    builder: ObjectBuilder | None = None  # or engine.serving.answers.TextBuilder
     cancel_requested: threading.Event = field(default_factory=threading.Event)
     # Engine-clock times (seconds): submitted, given a KV row (decoding starts), result delivered.
     submitted_at: float = 0.0

@@ -1,7 +1,8 @@
-"""Skills: what a request asks for (point or detect), its prompt, its grammar, its result.
+"""Skills: what a request asks for (point, detect, query, caption), its prompt, its result.
 
 The scheduler never interprets payloads; it hands committed (token, value) pairs to a
-skill's `ObjectBuilder` and asks it for the result at the end.
+skill's builder (`ObjectBuilder` here, `engine.serving.answers.TextBuilder` for text answers)
+and asks it for the result at the end.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from typing import Literal, TypedDict
 
 from engine.model.config import TokenConfig
 from engine.serving.errors import RequestError
-from engine.serving.limits import MAX_OBJECT_CHARS, MAX_OBJECT_TOKENS, MAX_OBJECTS_LIMIT
+from engine.serving.limits import (CAPTION_LENGTHS, MAX_OBJECT_CHARS, MAX_OBJECT_TOKENS, MAX_OBJECTS_LIMIT,
+                                   MAX_QUESTION_CHARS, MAX_QUESTION_TOKENS, TEXT_SKILLS)
 
-SkillName = Literal["point", "detect"]
-SKILLS: tuple[str, ...] = ("point", "detect")
+SkillName = Literal["point", "detect", "query", "caption"]
+OBJECT_SKILLS: tuple[str, ...] = ("point", "detect")
+SKILLS: tuple[str, ...] = (*OBJECT_SKILLS, *TEXT_SKILLS)
 
 # Repetition guard (ObjectBuilder): a new object this close to an earlier one of the same request
 # is a duplicate; it is dropped and the request ends there.
@@ -51,24 +54,41 @@ class DetectResult(TypedDict):
     objects: list[Box]
 
 
+class QueryResult(TypedDict):
+    answer: object  # the answer text; the parsed JSON value when a JSON schema shaped it
+
+
+class CaptionResult(TypedDict):
+    caption: str
+
+
+def clean_text(value: object, what: str, limit: int, empty: str) -> str:
+    """User text with control characters turned into spaces, invisible characters dropped and
+    whitespace runs collapsed; RequestError when it is not text, empty or over `limit` characters."""
+    if not isinstance(value, str):
+        raise RequestError(f"the {what} must be text, got {type(value).__name__}")
+    if len(value) > 16 * limit:  # refuse megabytes of text before scanning it character by character
+        raise RequestError(f"the {what} is {len(value):,} characters long; the limit is {limit}")
+    # Control characters separate words; other invisible characters (format marks such as
+    # zero-width spaces and bidi overrides, lone surrogates, private-use and unassigned
+    # code points) are dropped; whitespace runs collapse to one space.
+    text = "".join(" " if unicodedata.category(ch) == "Cc" else ch for ch in value)
+    text = " ".join("".join(ch for ch in text if ch.isprintable() or ch.isspace()).split())
+    if not text:
+        raise RequestError(empty)
+    if len(text) > limit:
+        raise RequestError(f"the {what} is {len(text)} characters long; the limit is {limit}")
+    return text
+
+
 def validate_request(skill: str, obj: object, max_objects: object) -> tuple[str, int]:
     """Check the user-facing parts of a request; return the cleaned object text and cap."""
     if skill not in SKILLS:
         raise RequestError(f"unknown skill {skill!r}; choose one of {', '.join(SKILLS)}")
-    if not isinstance(obj, str):
-        raise RequestError(f"the object must be text, got {type(obj).__name__}")
-    if len(obj) > 16 * MAX_OBJECT_CHARS:  # refuse megabytes of text before scanning it character by character
-        raise RequestError(f"the object text is {len(obj):,} characters long; the limit is {MAX_OBJECT_CHARS}")
-    # Control characters separate words; other invisible characters (format marks such as
-    # zero-width spaces and bidi overrides, lone surrogates, private-use and unassigned
-    # code points) are dropped; whitespace runs collapse to one space.
-    text = "".join(" " if unicodedata.category(ch) == "Cc" else ch for ch in obj)
-    text = " ".join("".join(ch for ch in text if ch.isprintable() or ch.isspace()).split())
-    text = normalize_query(text) if text else text
-    if not text:
-        raise RequestError("the object to find is empty; type what to look for, e.g. 'red circle'")
-    if len(text) > MAX_OBJECT_CHARS:
-        raise RequestError(f"the object text is {len(text)} characters long; the limit is {MAX_OBJECT_CHARS}")
+    empty = "the object to find is empty; type what to look for, e.g. 'red circle'"
+    text = normalize_query(clean_text(obj, "object text", MAX_OBJECT_CHARS, empty))
+    if not text:  # only articles or punctuation
+        raise RequestError(empty)
     if isinstance(max_objects, bool) or not isinstance(max_objects, numbers.Integral):
         raise RequestError(f"max_objects must be a whole number, got {max_objects!r}")
     max_objects = int(max_objects)
@@ -116,6 +136,25 @@ def prompt_ids(tokens: TokenConfig, encode, skill: str, obj: str) -> list[int]:
         raise RequestError(f"the object text encodes to {len(ids)} tokens; the limit is {MAX_OBJECT_TOKENS} "
                            "(describe the object in a few words)")
     return [*prefix, *ids, *tokens.prompt_suffix]
+
+
+def validate_question(question: object) -> str:
+    return clean_text(question, "question", MAX_QUESTION_CHARS,
+                      "the question is empty; type a question, e.g. 'How many red circles are there?'")
+
+
+def query_prompt_ids(tokens: TokenConfig, encode, question: str) -> list[int]:
+    """Moondream 2's query template; the question is encoded without a leading space."""
+    ids = encode(question)
+    if len(ids) > MAX_QUESTION_TOKENS:
+        raise RequestError(f"the question encodes to {len(ids)} tokens; the limit is {MAX_QUESTION_TOKENS}")
+    return [*tokens.query_prefix, *ids, *tokens.query_suffix]
+
+
+def caption_prompt_ids(tokens: TokenConfig, length: object) -> list[int]:
+    if length not in CAPTION_LENGTHS:
+        raise RequestError(f"caption length must be one of {', '.join(CAPTION_LENGTHS)}, got {length!r}")
+    return list({"short": tokens.caption_short, "normal": tokens.caption_normal, "long": tokens.caption_long}[length])
 
 
 def clamp01(v: float) -> float:
@@ -173,6 +212,13 @@ class ObjectBuilder:
             self._pending = []
             return self._emit({"x": x, "y": y})
         return None
+
+    def add_token(self, token: int) -> None:
+        """Text tokens carry nothing for point/detect (their grammars never allow one)."""
+        return None
+
+    def at_limit(self) -> bool:
+        return False  # the grammar ends point/detect: max_objects is in it
 
     def add_size(self, w: float, h: float, p_w: float = 1.0, p_h: float = 1.0) -> dict | None:
         x, y = self._pending

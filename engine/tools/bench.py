@@ -2,6 +2,7 @@
 
     python -m engine.bench [--device cuda|cpu] [--preset moondream2|tiny] [--batch 1,32] [--kernels triton|torch]
                            [--json OUT]
+    python -m engine.bench --task query [--tokens 128] ...   # the decode step with and without a JSON schema
 
 Random weights (no download). The lm_head bias of the coord token is raised so every request
 keeps emitting objects up to `--objects`: each request then decodes 3·objects+1 steps, and a
@@ -15,6 +16,11 @@ Columns (ms per decode step, steady state, prefill excluded):
               with no CPU bookkeeping and no host copies: the floor the engine can reach
   bubble %    (pipelined - gpu_only) / pipelined: GPU time left idle by the CPU
   speedup     blocking / pipelined
+
+With `--task query` every request asks a question and decodes `--tokens` answer tokens (EOS is
+suppressed), pipelined, once as free text and once under a five-field JSON schema whose first
+field is an unbounded string (so answers run to `--tokens`): same model, same batch. Columns:
+free ms, json ms (per decode step), json/free.
 """
 
 from __future__ import annotations
@@ -83,13 +89,78 @@ def gpu_only_step(engine: Engine, batch: int, first_position: int, steps: int) -
     return min(times)
 
 
+# Five fields, the first an unbounded string so that a random model's answer runs to --tokens.
+QUERY_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "description": {"type": "string"},
+        "count": {"type": "integer"},
+        "present": {"type": "boolean"},
+        "colour": {"enum": ["red", "green", "blue", "yellow"]},
+        "shapes": {"type": "array", "items": {"enum": ["circle", "square", "star"]}, "maxItems": 4},
+    },
+    "required": ["description", "count", "present", "colour", "shapes"],
+}
+
+
+def timed_query(engine: Engine, images: list[np.ndarray], answer, tokens: int) -> float:
+    """One query per image, run to completion; ms per decode tick (an unfinished schema answer
+    ends in a RequestError at --tokens: its steps count all the same)."""
+    handles = [engine.submit(im, "query", "What is in the image?", answer=answer, max_tokens=tokens) for im in images]
+    while engine.queued():
+        engine.step()
+    engine.runner.synchronize()
+    first, start = engine.decode_steps, time.perf_counter()
+    while engine.step():
+        pass
+    engine.runner.synchronize()
+    for h in handles:
+        h.future.exception()  # finished, one way or the other
+    return (time.perf_counter() - start) / (engine.decode_steps - first) * 1e3
+
+
+def query_main(args, model: MoondreamModel, tokenizer, dtype: str, gpu: str) -> int:
+    with torch.no_grad():  # answers run to --tokens
+        model.text.lm_head.bias[model.config.tokens.eos_id] = -30.0
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    for batch in [int(b) for b in args.batch.split(",")]:
+        engine = Engine(model, tokenizer, max_batch=batch, prefix_cache_size=0, max_len=args.max_len, kernels=args.kernels)
+        images = [(rng.random((378, 378, 3)) * 255).astype(np.uint8) for _ in range(batch)]
+        first = model.config.prefix_len + 16
+        engine.runner.capture_all(first + args.tokens + 64)
+        for answer in (None, QUERY_SCHEMA):  # warm-up: graphs, allocator, grammar compile
+            timed_query(engine, images, answer, 8)
+        times = {"free": [], "json": []}
+        for _ in range(3):  # interleaved repeats; the best of each
+            times["free"].append(timed_query(engine, images, None, args.tokens))
+            times["json"].append(timed_query(engine, images, QUERY_SCHEMA, args.tokens))
+        free, constrained = min(times["free"]), min(times["json"])
+        rows.append({"batch": batch, "free_ms": free, "json_ms": constrained, "json_over_free": constrained / free})
+        del engine
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    print(f"{args.preset} {dtype} on {gpu}; query, {args.tokens} answer tokens/request; pipelined")
+    print(f"{'batch':>5} {'free ms':>9} {'json ms':>9} {'json/free':>10}")
+    for r in rows:
+        print(f"{r['batch']:>5} {r['free_ms']:>9.3f} {r['json_ms']:>9.3f} {r['json_over_free']:>10.3f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": gpu, "preset": args.preset, "dtype": dtype, "task": "query", "tokens": args.tokens,
+                       "schema": QUERY_SCHEMA, "torch": torch.__version__, "rows": rows}, f, indent=2)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--preset", default="moondream2", choices=sorted(PRESETS))
     p.add_argument("--dtype", default=None, help="default: bf16 on cuda, fp32 on cpu")
     p.add_argument("--batch", default="1,32")
+    p.add_argument("--task", default="detect", choices=("detect", "query"))
     p.add_argument("--objects", type=int, default=50, help="objects per request (3 decode steps each)")
+    p.add_argument("--tokens", type=int, default=128, help="--task query: answer tokens per request")
+    p.add_argument("--max-len", type=int, default=None, help="KV positions per row (default: the model's context)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kernels", default="auto", choices=kernels.KERNEL_CHOICES,
                    help="decode attention/rotary: fused Triton kernels ('auto' uses them on CUDA) or the PyTorch path")
@@ -103,9 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(args.seed)
     rows = []
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
+    if args.task == "query":
+        return query_main(args, model, tokenizer, dtype, gpu)
     for batch in batches:
         engines = {mode: Engine(model, tokenizer, max_batch=batch, pipelined=mode == "pipelined", prefix_cache_size=0,
-                                max_objects=max(args.objects, 2), kernels=args.kernels)
+                                max_len=args.max_len, kernels=args.kernels)
                    for mode in ("blocking", "pipelined")}
         first_pos = cfg.prefix_len + len(prompt_ids(cfg.tokens, lambda t: tokenizer.encode(t).ids, "detect", "object"))
         last_pos = first_pos + 3 * args.objects + 1
@@ -126,8 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.device == "cuda":
             torch.cuda.empty_cache()
     fused = kernels.use_fused(args.kernels, model.text.wte, cfg.text.head_dim)
+    row = args.max_len or cfg.text.max_context
     header = (f"{args.preset} {dtype} on {gpu}; {args.objects} objects/request ({3 * args.objects + 1} decode steps); "
-              f"{'Triton' if fused else 'PyTorch'} attention")
+              f"{'Triton' if fused else 'PyTorch'} attention; rows of {row} KV positions")
     print(header)
     print(f"{'batch':>5} {'blocking ms':>12} {'pipelined ms':>13} {'gpu-only ms':>12} {'bubble %':>9} {'speedup':>8} {'pipe/gpu':>9}")
     for r in rows:
@@ -135,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['bubble_pct']:>9.1f} {r['speedup']:>8.3f} {r['pipelined_over_gpu_only']:>9.3f}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": gpu, "preset": args.preset, "dtype": dtype, "objects": args.objects,
+            json.dump({"device": gpu, "preset": args.preset, "dtype": dtype, "objects": args.objects, "max_len": row,
                        "kernels": "triton" if fused else "torch",
                        "torch": torch.__version__, "rows": rows}, f, indent=2)
     return 0

@@ -22,8 +22,8 @@ class Runner(Protocol):
 
     def attn_bucket(self, max_position: int) -> int: ...
 
-    def upload_mask_rows(self, table: np.ndarray, num_rows: int) -> None:
-        """Copy grammar mask-table rows registered since the last call to the device."""
+    def upload_mask_rows(self, table: np.ndarray, num_rows: int, start: int | None = None) -> None:
+        """Copy grammar mask-table rows registered since the last call (or from `start` on) to the device."""
 
     def launch_prefill(self, items: list[Any], *, keep_prefixes: bool) -> list[Any]:
         """Enqueue the prefill of `items` (PrefillItem); per item, the fresh image prefix or None."""

@@ -80,8 +80,11 @@ class ModelRunner:
         return min(n, self.max_len)
 
     # ---- grammar masks ------------------------------------------------------------------
-    def upload_mask_rows(self, table: np.ndarray, num_rows: int) -> None:
-        """Copy newly registered grammar-state rows to the device table (admission time only)."""
+    def upload_mask_rows(self, table: np.ndarray, num_rows: int, start: int | None = None) -> None:
+        """Copy newly registered grammar-state rows to the device table (admission time only);
+        `start`: copy from this row on (after the table was renumbered)."""
+        if start is not None:
+            self.mask_rows_uploaded = min(self.mask_rows_uploaded, start)
         if num_rows > self.mask_rows_uploaded:
             lo = self.mask_rows_uploaded
             with self.streams.on_compute():
