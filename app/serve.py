@@ -250,6 +250,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-queue", type=int, default=256, help="waiting requests before HTTP 429 (default 256)")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="deadline of one request")
     p.add_argument("--max-body-mb", type=float, default=32.0, metavar="MB", help="largest request body (default 32)")
+    p.add_argument("--no-repeat-guard", dest="repeat_guard", action="store_false",
+                   help="keep near-duplicate objects (benchmarks on random weights: engine.loadbench --url)")
     ray = p.add_argument_group("scale-out with Ray Serve (pip install -e .[ray])")
     ray.add_argument("--ray", action="store_true", help="serve engine replicas behind Ray Serve")
     ray.add_argument("--replicas", type=int, default=1, help="engine replicas (default 1; one per GPU)")
@@ -289,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_ray(args, api_key, limits)
     try:
         engine = open_engine(args.weights, tokenizer=args.tokenizer, device=args.device, dtype=args.dtype,
-                             max_batch=args.max_batch, max_queue=args.max_queue, progress=sys.stderr.isatty())
+                             max_batch=args.max_batch, max_queue=args.max_queue, repeat_guard=args.repeat_guard,
+                             progress=sys.stderr.isatty())
     except LOAD_ERRORS as e:
         print(f"error: cannot load the model: {one_line(e)}", file=sys.stderr)
         return 2

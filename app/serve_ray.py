@@ -30,13 +30,13 @@ def require_serve():
 def replica_app_builder(args: argparse.Namespace, api_key: str | None, limits: ServeLimits):
     """A builder Ray Serve calls inside each replica: load the model there, return the ASGI app."""
     weights, tokenizer, device, dtype = args.weights, args.tokenizer, args.device, args.dtype
-    max_batch, max_queue = args.max_batch, args.max_queue
+    max_batch, max_queue, repeat_guard = args.max_batch, args.max_queue, args.repeat_guard
 
     def build():
         from app.common import open_engine
 
         engine = open_engine(weights, tokenizer=tokenizer, device=device, dtype=dtype, max_batch=max_batch,
-                             max_queue=max_queue).start()
+                             max_queue=max_queue, repeat_guard=repeat_guard).start()
         return build_app(engine, api_key=api_key, limits=limits)
 
     return build

@@ -169,6 +169,7 @@ class TextBuilder:
     max_tokens: int
     parse_json: bool = False
     tokens: int = 0
+    repeated: bool = False  # the repetition guard is for objects; a text answer never repeats one
     _raw: bytearray = field(default_factory=bytearray)
     _decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
 
@@ -179,10 +180,10 @@ class TextBuilder:
         chunk = self._decoder.decode(piece)
         return chunk or None
 
-    def add_coord(self, value: float) -> None:
+    def add_coord(self, value: float, *probs: float) -> None:
         raise ValueError("a text answer has no coordinates")
 
-    def add_size(self, w: float, h: float) -> None:
+    def add_size(self, w: float, h: float, *probs: float) -> None:
         raise ValueError("a text answer has no sizes")
 
     def at_limit(self) -> bool:

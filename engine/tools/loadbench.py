@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="write the table as JSON here")
     p.add_argument("--url", default=None, metavar="URL",
                    help="drive a running `python -m app.serve` at URL (e.g. http://127.0.0.1:2020/v1) instead of "
-                        "an in-process engine; start it on a checkpoint from --save-checkpoint")
+                        "an in-process engine; start it with --weights DIR --no-repeat-guard, DIR from --save-checkpoint")
     p.add_argument("--api-key", default=None, help="the server's --api-key (with --url)")
     p.add_argument("--save-checkpoint", default=None, metavar="DIR",
                    help="only write this scenario's model (random weights, coordinate logit raised) as a "
@@ -266,8 +266,11 @@ def main(argv: list[str] | None = None) -> int:
                                                    ("max_prefill_cached", args.max_prefill_cached),
                                                    ("crop_threads", args.crop_threads)) if value is not None}
         try:
+            # Random weights repeat boxes: the scenario runs every request to --max-objects, so the
+            # repetition guard is off (start `python -m app.serve` with --no-repeat-guard likewise).
             engine = Engine(model, tokenizer, max_batch=args.max_batch or max(conc),
-                            prefix_cache_size=args.prefix_cache, max_objects=args.max_objects, **tuning)
+                            prefix_cache_size=args.prefix_cache, max_objects=args.max_objects, repeat_guard=False,
+                            **tuning)
         except ValueError as e:
             raise SystemExit(str(e)) from None
         prompt = prompt_ids(cfg.tokens, lambda s: tokenizer.encode(s).ids, "detect", OBJECT)
