@@ -358,9 +358,12 @@ def batch_stream(config, prompts, seed, *, start: int, workers: int, pin: bool, 
             yield item
         return
     use_shm = _shm_free_bytes() >= 4 << 30 if shm is None else shm
+    # Workers come from a fork server, not from this process: libvips (the crops) is not fork-safe
+    # once its thread pool runs, and a worker forked from a process that already cropped hangs.
     loader = torch.utils.data.DataLoader(
         SceneStream(config, prompts, seed, start, use_shm, **kw), batch_size=None, num_workers=workers,
-        prefetch_factor=4 if use_shm else 2, persistent_workers=False, pin_memory=pin and use_shm)
+        prefetch_factor=4 if use_shm else 2, persistent_workers=False, pin_memory=pin and use_shm,
+        multiprocessing_context="forkserver")
     for item in loader:
         if isinstance(item, Packed):
             item = {k: torch.from_numpy(v) for k, v in item.arrays.items()}
