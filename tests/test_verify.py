@@ -33,8 +33,10 @@ def test_identical_outputs_pass(capsys, eager_ckpt, samples):
     assert code == 0, out + err
     assert out.splitlines()[0].startswith(f"model: {eager_ckpt} · ") and "· cpu · fp32" in out
     rows = [line for line in out.splitlines() if line.startswith("a.png")]
-    assert len(rows) == 2 and all("reference  3  pipelined  3  identical" in r for r in rows), out
-    # the eager checkpoint always continues: decisions after the prompt and after objects 1 and 2 (the cap ends it)
+    # The eager checkpoint always continues, to the cap or until the repetition guard stops a
+    # duplicate (the same rule in both decoders): same counts, identical outputs.
+    counts = [re.search(r"reference  (\d+)  pipelined  (\d+)  identical", r) for r in rows]
+    assert len(rows) == 2 and all(m and m.group(1) == m.group(2) and 1 <= int(m.group(1)) <= 3 for m in counts), out
     assert all("(3 decisions)" in r for r in rows), out
     worst = float(re.search(r"max \|logit difference\| over the first 4 decisions: (\S+)", out).group(1))
     assert 0 <= worst < 1e-3
