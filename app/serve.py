@@ -11,8 +11,10 @@ Existing code written for the official `moondream` client runs unchanged against
     model.detect(image, "car")["objects"]
 
 Endpoints (JSON POST under /v1, the client's wire format): `/detect` and `/point` (`object`,
-`image_url` as a data URL, `settings.max_objects`), plus `/health` and `/metrics` (Prometheus
-text). Errors are one line, `{"error": "..."}`: 400 a bad request (image, object, settings),
+`image_url` as a data URL, `settings.max_objects`), `/query` (`question`) and `/caption`
+(`length`), streamed as server-sent events when `stream` is true, plus `/health` and
+`/metrics` (Prometheus text). A query's answer can be shaped through `settings`:
+`{"json_schema": {...}}` (the parsed JSON comes back), `{"regex": "..."}` or `{"choices": [...]}`. Errors are one line, `{"error": "..."}`: 400 a bad request (image, object, settings),
 401 a wrong or missing API key (`X-Moondream-Auth` or `Authorization: Bearer`, compared in
 constant time), 413 a body over `--max-body-mb`, 429 the engine's queue is full (`Retry-After`),
 504 the request missed its deadline (`--timeout`). A client that disconnects cancels its request:
@@ -37,12 +39,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from engine.model.pretrained import add_model_arguments
-from engine import (DEFAULT_MAX_OBJECTS, Cancelled, DeadlineExceeded, Engine, EngineBusy, ImageError,
-                    RequestError)
+from engine import (DEFAULT_MAX_OBJECTS, Cancelled, Choices, DeadlineExceeded, Engine, EngineBusy, ImageError,
+                    JsonSchema, Regex, RequestError)
 
 log = logging.getLogger("app.serve")
 
@@ -104,6 +106,26 @@ def settings_of(body: dict) -> dict:
     return settings
 
 
+def answer_format(settings: dict):
+    """mdpipe's extras, reachable from the unchanged client through `settings`: `json_schema`
+    (an object), `regex` (text) or `choices` (a list) shape a query's answer."""
+    given = [k for k in ("json_schema", "regex", "choices") if settings.get(k) is not None]
+    if len(given) > 1:
+        raise HTTPError(400, f"settings may hold one of json_schema, regex and choices, not {' and '.join(given)}")
+    try:
+        if "json_schema" in given:
+            return JsonSchema(settings["json_schema"])
+        if "regex" in given:
+            if not isinstance(settings["regex"], str):
+                raise HTTPError(400, "settings.regex must be text")
+            return Regex(settings["regex"])
+        if "choices" in given:
+            return Choices(settings["choices"])
+    except RequestError as e:
+        raise HTTPError(400, one_line(e)) from None
+    return None
+
+
 def one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
 
@@ -148,11 +170,11 @@ class MoondreamAPI:
         return (f"the request is larger than {self.limits.max_body_bytes / (1 << 20):g} MiB; "
                 "send a smaller image (the server's --max-body-mb sets the limit)")
 
-    async def submit(self, image: bytes, skill: str, obj: object, max_objects: object):
-        """Queue a request; image decoding and cropping run off the event loop."""
+    async def submit(self, image: bytes, skill: str, obj: object, **options):
+        """Queue a request; image decoding and grammar compilation run off the event loop."""
         try:
-            return await asyncio.to_thread(self.engine.submit, image, skill, obj, max_objects=max_objects,
-                                           timeout=self.limits.timeout)
+            return await asyncio.to_thread(self.engine.submit, image, skill, obj, timeout=self.limits.timeout,
+                                           **options)
         except ImageError as e:
             raise HTTPError(400, one_line(e)) from None
         except RequestError as e:
@@ -209,7 +231,7 @@ class MoondreamAPI:
         body = await self.read_json(request)
         image = decode_image_url(body.get("image_url"))
         max_objects = settings_of(body).get("max_objects", DEFAULT_MAX_OBJECTS)
-        handle = await self.submit(image, skill, body.get("object"), max_objects)
+        handle = await self.submit(image, skill, body.get("object"), max_objects=max_objects)
         result = await self.result(request, handle)
         return JSONResponse(result)
 
@@ -219,6 +241,48 @@ class MoondreamAPI:
     async def point(self, request: Request) -> Response:
         return await self.spatial(request, "point")
 
+    async def text(self, request: Request, skill: str) -> Response:
+        """query / caption: the whole answer, or server-sent events `data: {"chunk": ...}` ending
+        with `data: {"completed": true}` when the client asks to stream."""
+        body = await self.read_json(request)
+        image = decode_image_url(body.get("image_url"))
+        settings = settings_of(body)
+        options = {"max_tokens": settings.get("max_tokens")}
+        if skill == "query":
+            if body.get("spatial_refs"):
+                raise HTTPError(400, "spatial_refs are not supported by this server; ask without them")
+            obj, options["answer"] = body.get("question"), answer_format(settings)
+        else:
+            obj, options["length"] = "", body.get("length", "normal")
+        if not body.get("stream"):
+            handle = await self.submit(image, skill, obj, **options)
+            return JSONResponse(await self.result(request, handle))
+        loop, chunks = asyncio.get_running_loop(), asyncio.Queue()
+        handle = await self.submit(image, skill, obj,
+                                   on_object=lambda chunk: loop.call_soon_threadsafe(chunks.put_nowait, chunk),
+                                   **options)
+        handle.future.add_done_callback(lambda _: loop.call_soon_threadsafe(chunks.put_nowait, None))
+
+        async def events():
+            try:
+                while (chunk := await chunks.get()) is not None:
+                    yield f"data: {json.dumps({'chunk': chunk})}\n\n"
+                error = handle.future.exception()
+                if error is not None:
+                    yield f"data: {json.dumps({'error': one_line(error)})}\n\n"
+                yield f"data: {json.dumps({'completed': True})}\n\n"
+            finally:  # the client went away mid-stream: free the row
+                if not handle.future.done():
+                    handle.cancel()
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def query(self, request: Request) -> Response:
+        return await self.text(request, "query")
+
+    async def caption(self, request: Request) -> Response:
+        return await self.text(request, "caption")
+
     # ---- operations ---------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "queued": self.engine.queued(), "running": self.engine.pools()["running"]})
@@ -227,7 +291,7 @@ class MoondreamAPI:
         return Response(self.metrics.text(), media_type=CONTENT_TYPE_LATEST)
 
     def routes(self) -> list[Route]:
-        api = [("detect", self.detect), ("point", self.point)]
+        api = [("detect", self.detect), ("point", self.point), ("query", self.query), ("caption", self.caption)]
         routes = [Route(f"/v1/{name}", self.endpoint(name, handler), methods=["POST"]) for name, handler in api]
         routes += [Route("/health", self.health, methods=["GET"]), Route("/v1/health", self.health, methods=["GET"]),
                    Route("/metrics", self.metrics_text, methods=["GET"])]

@@ -23,6 +23,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import jsonschema
 import moondream as md
 import pytest
 from PIL import Image
@@ -218,3 +219,35 @@ def test_ray_serve_replicas_answer_like_the_engine(served, scene, tmp_path):
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
         log.close()
+
+
+SCHEMA = {"type": "object", "properties": {"present": {"type": "boolean"},
+                                           "colour": {"type": "string", "enum": ["red", "blue", "green"]}},
+          "required": ["present", "colour"]}
+
+
+def test_query_and_caption_from_the_client_stream_and_follow_the_schema(served, scene):
+    image, _ = scene
+    model = md.vl(endpoint=served.url, api_key=KEY)
+    question = "Is there a red circle?"
+    whole = model.query(image, question, settings={"max_tokens": 12})["answer"]
+    chunks = list(model.query(image, question, stream=True, settings={"max_tokens": 12})["answer"])
+    assert "".join(chunks) == whole == served.engine.query(jpeg_bytes(image), question, max_tokens=12)["answer"]
+    shaped = model.query(image, question, settings={"json_schema": SCHEMA})["answer"]
+    jsonschema.validate(shaped, SCHEMA)  # parsed JSON, valid under the schema
+    assert model.query(image, question, settings={"choices": ["yes", "no"]})["answer"] in ("yes", "no")
+    caption = model.caption(image, length="short", settings={"max_tokens": 8})["caption"]
+    assert caption == served.engine.caption(jpeg_bytes(image), "short", max_tokens=8)["caption"]
+    assert "".join(model.caption(image, length="short", stream=True, settings={"max_tokens": 8})["caption"]) == caption
+
+
+def test_bad_answer_formats_are_one_line_400s(served, scene):
+    image, _ = scene
+    base = {"image_url": data_url(image), "question": "Is there a star?"}
+    for settings, words in (({"regex": "a)(b"}, "cannot use this answer format"),
+                            ({"choices": "yes,no"}, "choices must be a list"),
+                            ({"regex": "a", "choices": ["a"]}, "one of json_schema, regex and choices")):
+        code, body = post(served.url + "/query", {**base, "settings": settings}, {"X-Moondream-Auth": KEY})
+        assert code == 400 and words in body["error"], body
+    code, body = post(served.url + "/query", {**base, "spatial_refs": [[0.5, 0.5]]}, {"X-Moondream-Auth": KEY})
+    assert code == 400 and "spatial_refs" in body["error"]
