@@ -12,7 +12,8 @@ Existing code written for the official `moondream` client runs unchanged against
 
 Endpoints (JSON POST under /v1, the client's wire format): `/detect` and `/point` (`object`,
 `image_url` as a data URL, `settings.max_objects`), `/query` (`question`) and `/caption`
-(`length`), streamed as server-sent events when `stream` is true, plus `/health` and
+(`length`), streamed as server-sent events when `stream` is true, `/chat/completions` (the
+OpenAI shape: one image and one question), plus `/health` and
 `/metrics` (Prometheus text). A query's answer can be shaped through `settings`:
 `{"json_schema": {...}}` (the parsed JSON comes back), `{"regex": "..."}` or `{"choices": [...]}`. Errors are one line, `{"error": "..."}`: 400 a bad request (image, object, settings),
 401 a wrong or missing API key (`X-Moondream-Auth` or `Authorization: Bearer`, compared in
@@ -124,6 +125,32 @@ def answer_format(settings: dict):
     except RequestError as e:
         raise HTTPError(400, one_line(e)) from None
     return None
+
+
+def chat_question(messages: object) -> tuple[str, object]:
+    """(question, image data URL) of OpenAI-style `messages`: the last user message's text, and
+    the last image sent in any user message up to it."""
+    if not isinstance(messages, list) or not messages:
+        raise HTTPError(400, "messages must be a non-empty list of {role, content} objects")
+    question, image = None, None
+    for message in messages:
+        if not isinstance(message, dict) or message.get("role") != "user":
+            continue
+        content = message.get("content")
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if not isinstance(parts, list):
+            raise HTTPError(400, "a message's content must be text or a list of parts")
+        texts = []
+        for part in parts:
+            if isinstance(part, dict) and part.get("type") == "text":
+                texts.append(str(part.get("text", "")))
+            elif isinstance(part, dict) and part.get("type") == "image_url":
+                url = part.get("image_url")
+                image = url.get("url") if isinstance(url, dict) else url
+        question = " ".join(texts)
+    if question is None:
+        raise HTTPError(400, "messages hold no user message; send one with the question and an image_url part")
+    return question, image
 
 
 def one_line(e: BaseException) -> str:
@@ -280,6 +307,47 @@ class MoondreamAPI:
     async def query(self, request: Request) -> Response:
         return await self.text(request, "query")
 
+    async def chat(self, request: Request) -> Response:
+        """OpenAI chat completions, one image and one question: the last user message's text is
+        asked of its (or an earlier message's) image; the answer is the assistant message."""
+        body = await self.read_json(request)
+        question, image_url = chat_question(body.get("messages"))
+        image = decode_image_url(image_url)
+        options = {"max_tokens": body.get("max_completion_tokens") or body.get("max_tokens")}
+        model = str(body.get("model") or "mdpipe")
+        created, ident = int(time.time()), f"chatcmpl-{time.monotonic_ns():x}"
+        if not body.get("stream"):
+            handle = await self.submit(image, "query", question, **options)
+            answer = (await self.result(request, handle))["answer"]
+            content = answer if isinstance(answer, str) else json.dumps(answer)
+            return JSONResponse({"id": ident, "object": "chat.completion", "created": created, "model": model,
+                                 "choices": [{"index": 0, "finish_reason": "stop",
+                                              "message": {"role": "assistant", "content": content}}]})
+        loop, chunks = asyncio.get_running_loop(), asyncio.Queue()
+        handle = await self.submit(image, "query", question,
+                                   on_object=lambda chunk: loop.call_soon_threadsafe(chunks.put_nowait, chunk),
+                                   **options)
+        handle.future.add_done_callback(lambda _: loop.call_soon_threadsafe(chunks.put_nowait, None))
+
+        def event(delta: dict, finish: str | None = None) -> str:
+            return "data: " + json.dumps({"id": ident, "object": "chat.completion.chunk", "created": created,
+                                          "model": model, "choices": [{"index": 0, "delta": delta,
+                                                                       "finish_reason": finish}]}) + "\n\n"
+
+        async def events():
+            try:
+                yield event({"role": "assistant"})
+                while (chunk := await chunks.get()) is not None:
+                    yield event({"content": chunk})
+                error = handle.future.exception()
+                yield event({}, "error" if error is not None else "stop")
+                yield "data: [DONE]\n\n"
+            finally:
+                if not handle.future.done():
+                    handle.cancel()
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
     async def caption(self, request: Request) -> Response:
         return await self.text(request, "caption")
 
@@ -292,6 +360,7 @@ class MoondreamAPI:
 
     def routes(self) -> list[Route]:
         api = [("detect", self.detect), ("point", self.point), ("query", self.query), ("caption", self.caption)]
+        api.append(("chat/completions", self.chat))
         routes = [Route(f"/v1/{name}", self.endpoint(name, handler), methods=["POST"]) for name, handler in api]
         routes += [Route("/health", self.health, methods=["GET"]), Route("/v1/health", self.health, methods=["GET"]),
                    Route("/metrics", self.metrics_text, methods=["GET"])]

@@ -251,3 +251,16 @@ def test_bad_answer_formats_are_one_line_400s(served, scene):
         assert code == 400 and words in body["error"], body
     code, body = post(served.url + "/query", {**base, "spatial_refs": [[0.5, 0.5]]}, {"X-Moondream-Auth": KEY})
     assert code == 400 and "spatial_refs" in body["error"]
+
+
+def test_chat_completions_from_the_client(served, scene):
+    image, _ = scene
+    model = md.vl(endpoint=served.url, api_key=KEY)
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(image)}},
+                                             {"type": "text", "text": "Is there a red circle?"}]}]
+    reply = model.chat(messages, settings={"max_tokens": 10})
+    want = served.engine.query(jpeg_bytes(image), "Is there a red circle?", max_tokens=10)["answer"]
+    assert reply["message"] == {"role": "assistant", "content": want} and reply["finish_reason"] == "stop"
+    assert "".join(model.chat(messages, stream=True, settings={"max_tokens": 10})["message"]) == want
+    code, body = post(served.url + "/chat/completions", {"messages": []}, {"Authorization": f"Bearer {KEY}"})
+    assert code == 400 and "messages" in body["error"]
