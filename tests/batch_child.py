@@ -44,6 +44,11 @@ def start(pause_after: int, argv: list[str], **popen) -> subprocess.Popen:
         proc.kill()
         _, err = proc.communicate(timeout=60)
         raise AssertionError(f"the run ended before its {pause_after}th record: {line!r} {err[-2000:]}")
+    # The line comes just before the child stops itself: wait (blocking, no clock) until it has,
+    # so that a signal sent next finds it stopped.
+    _, status = os.waitpid(proc.pid, os.WUNTRACED)
+    if not os.WIFSTOPPED(status):
+        raise AssertionError(f"the run ended instead of pausing (wait status {status})")
     return proc
 
 
