@@ -34,6 +34,7 @@ import json
 import logging
 import sys
 import time
+from contextlib import aclosing
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -284,25 +285,37 @@ class MoondreamAPI:
         if not body.get("stream"):
             handle = await self.submit(image, skill, obj, **options)
             return JSONResponse(await self.result(request, handle))
-        loop, chunks = asyncio.get_running_loop(), asyncio.Queue()
-        handle = await self.submit(image, skill, obj,
-                                   on_object=lambda chunk: loop.call_soon_threadsafe(chunks.put_nowait, chunk),
-                                   **options)
-        handle.future.add_done_callback(lambda _: loop.call_soon_threadsafe(chunks.put_nowait, None))
+        handle, chunks = await self.stream(image, skill, obj, **options)
 
         async def events():
-            try:
-                while (chunk := await chunks.get()) is not None:
+            async with aclosing(chunks):  # closed with the response: a client gone mid-stream cancels
+                async for chunk in chunks:
                     yield f"data: {json.dumps({'chunk': chunk})}\n\n"
-                error = handle.future.exception()
-                if error is not None:
-                    yield f"data: {json.dumps({'error': one_line(error)})}\n\n"
-                yield f"data: {json.dumps({'completed': True})}\n\n"
-            finally:  # the client went away mid-stream: free the row
+            error = handle.future.exception()
+            if error is not None:
+                yield f"data: {json.dumps({'error': one_line(error)})}\n\n"
+            yield f"data: {json.dumps({'completed': True})}\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def stream(self, image: bytes, skill: str, obj: str, **options):
+        """Submit a text request whose chunks arrive as the engine commits them: (handle, async
+        iterator of chunks). A consumer that stops early (the client went away) cancels the request."""
+        loop, queue = asyncio.get_running_loop(), asyncio.Queue()
+        handle = await self.submit(image, skill, obj,
+                                   on_object=lambda chunk: loop.call_soon_threadsafe(queue.put_nowait, chunk),
+                                   **options)
+        handle.future.add_done_callback(lambda _: loop.call_soon_threadsafe(queue.put_nowait, None))
+
+        async def chunks():
+            try:
+                while (chunk := await queue.get()) is not None:
+                    yield chunk
+            finally:
                 if not handle.future.done():
                     handle.cancel()
 
-        return StreamingResponse(events(), media_type="text/event-stream")
+        return handle, chunks()
 
     async def query(self, request: Request) -> Response:
         return await self.text(request, "query")
@@ -323,11 +336,7 @@ class MoondreamAPI:
             return JSONResponse({"id": ident, "object": "chat.completion", "created": created, "model": model,
                                  "choices": [{"index": 0, "finish_reason": "stop",
                                               "message": {"role": "assistant", "content": content}}]})
-        loop, chunks = asyncio.get_running_loop(), asyncio.Queue()
-        handle = await self.submit(image, "query", question,
-                                   on_object=lambda chunk: loop.call_soon_threadsafe(chunks.put_nowait, chunk),
-                                   **options)
-        handle.future.add_done_callback(lambda _: loop.call_soon_threadsafe(chunks.put_nowait, None))
+        handle, chunks = await self.stream(image, "query", question, **options)
 
         def event(delta: dict, finish: str | None = None) -> str:
             return "data: " + json.dumps({"id": ident, "object": "chat.completion.chunk", "created": created,
@@ -335,16 +344,12 @@ class MoondreamAPI:
                                                                        "finish_reason": finish}]}) + "\n\n"
 
         async def events():
-            try:
-                yield event({"role": "assistant"})
-                while (chunk := await chunks.get()) is not None:
+            yield event({"role": "assistant"})
+            async with aclosing(chunks):
+                async for chunk in chunks:
                     yield event({"content": chunk})
-                error = handle.future.exception()
-                yield event({}, "error" if error is not None else "stop")
-                yield "data: [DONE]\n\n"
-            finally:
-                if not handle.future.done():
-                    handle.cancel()
+            yield event({}, "error" if handle.future.exception() is not None else "stop")
+            yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
@@ -359,8 +364,8 @@ class MoondreamAPI:
         return Response(self.metrics.text(), media_type=CONTENT_TYPE_LATEST)
 
     def routes(self) -> list[Route]:
-        api = [("detect", self.detect), ("point", self.point), ("query", self.query), ("caption", self.caption)]
-        api.append(("chat/completions", self.chat))
+        api = [("detect", self.detect), ("point", self.point), ("query", self.query), ("caption", self.caption),
+               ("chat/completions", self.chat)]
         routes = [Route(f"/v1/{name}", self.endpoint(name, handler), methods=["POST"]) for name, handler in api]
         routes += [Route("/health", self.health, methods=["GET"]), Route("/v1/health", self.health, methods=["GET"]),
                    Route("/metrics", self.metrics_text, methods=["GET"])]
@@ -373,7 +378,7 @@ def build_app(engine: Engine, *, api_key: str | None = None, limits: ServeLimits
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m app.serve", description="The Moondream HTTP API (detect, point).")
+    p = argparse.ArgumentParser(prog="python -m app.serve", description="The Moondream HTTP API (detect, point, query, caption, chat).")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=2020, help="port (default 2020, the moondream client's local port)")
     add_model_arguments(p)

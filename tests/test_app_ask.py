@@ -6,7 +6,6 @@ missing browser fails with the install command, nothing is skipped.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -18,8 +17,9 @@ from PIL import Image
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from app.common import open_engine  # noqa: E402
-from app.tools.screenshot import find_chromium, free_port  # noqa: E402
+from app.tools.screenshot import free_port  # noqa: E402
 from app.ui import build_demo  # noqa: E402
+from tests.browser import page_at  # noqa: E402
 from tests.conftest import random_image  # noqa: E402
 
 SCHEMA = {"type": "object", "properties": {"colour": {"enum": ["red", "green", "blue"]}, "present": {"type": "boolean"}},
@@ -59,33 +59,18 @@ def ask_in_browser(page, question: str, answer_format: str, schema: str | None =
 
 
 def test_browser_asks_yes_no_and_json_schema_questions(served):
-    try:
-        chromium = find_chromium()
-    except RuntimeError as e:
-        pytest.fail(str(e))
-    if importlib.util.find_spec("playwright") is None:
-        pytest.fail("the browser test needs the Python package 'playwright' (pip install playwright)")
-    from playwright.sync_api import sync_playwright
-
     engine = served["engine"]
     expected_yes_no = engine.query(str(served["image"]), "Is there a red circle?", answer=["yes", "no"])["answer"]
     expected_json = engine.query(str(served["image"]), "Describe the main shape.", answer=SCHEMA)["answer"]
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu",
-                                                                    "--disable-dev-shm-usage"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            page.set_default_timeout(60_000)
-            page.goto(served["url"], wait_until="domcontentloaded")
-            page.locator("#input-image input[type=file]").set_input_files(str(served["image"]))
-            page.locator("#input-image img").first.wait_for(state="visible")
+    with page_at(served["url"], viewport={"width": 1280, "height": 1000}) as page:
+        page.locator("#input-image input[type=file]").set_input_files(str(served["image"]))
+        page.locator("#input-image img").first.wait_for(state="visible")
 
-            _, answer = ask_in_browser(page, "Is there a red circle?", "yes / no")
-            assert answer in ("yes", "no") and answer == expected_yes_no
+        _, answer = ask_in_browser(page, "Is there a red circle?", "yes / no")
+        assert answer in ("yes", "no") and answer == expected_yes_no
 
-            _, answer = ask_in_browser(page, "Describe the main shape.", "JSON schema", json.dumps(SCHEMA))
-            value = json.loads(answer)
-            jsonschema.validate(value, SCHEMA)
-            assert value == expected_json
-        finally:
-            browser.close()
+        _, answer = ask_in_browser(page, "Describe the main shape.", "JSON schema", json.dumps(SCHEMA))
+        value = json.loads(answer)
+        jsonschema.validate(value, SCHEMA)
+        assert value == expected_json
+

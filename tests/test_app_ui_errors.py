@@ -5,35 +5,13 @@ and the Min score filter. Needs what tests/test_app_ui.py needs (playwright + /u
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
 
-import pytest
 from gradio_client import Client
 
-from app.tools.screenshot import find_chromium
+from tests.browser import page_at
 from tests.test_app_ui import OBJECT, case, server  # noqa: F401 - fixtures
 
 STATUS = "#status textarea, #status input"
-
-
-@contextmanager
-def page_at(url: str):
-    from playwright.sync_api import sync_playwright
-
-    try:
-        chromium = find_chromium()
-    except RuntimeError as e:
-        pytest.fail(str(e))
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium,
-                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.set_default_timeout(60_000)
-            page.goto(url, wait_until="domcontentloaded")
-            yield page
-        finally:
-            browser.close()
 
 
 def run_task(page, task: str, text: str, prefix: str) -> str:

@@ -12,10 +12,11 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 from gradio_client import Client, handle_file  # noqa: E402
 
 from app.common import open_engine  # noqa: E402
-from app.tools.screenshot import find_chromium, free_port  # noqa: E402
+from app.tools.screenshot import free_port  # noqa: E402
 from app.ui import build_demo, vocabulary_warning  # noqa: E402
 from engine.model.vocabulary import Vocabulary  # noqa: E402
 
+from .browser import page_at  # noqa: E402
 from .conftest import torch_threads  # noqa: E402
 
 SHAPES = ("circle", "square", "triangle", "star", "cross", "hexagon", "diamond")
@@ -67,34 +68,20 @@ def test_api_status_carries_the_warning(embedded):
 
 
 def test_browser_shows_model_vocabulary_examples_and_warning(embedded):
-    try:
-        chromium = find_chromium()
-    except RuntimeError as e:
-        pytest.fail(str(e))
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium,
-                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
-        try:
-            page = browser.new_page()
-            page.set_default_timeout(60_000)
-            page.goto(embedded["url"], wait_until="domcontentloaded")
-            model_line = page.locator("#model-line").first
-            model_line.wait_for(state="visible")
-            assert "assets/model · 8.21 M parameters · cpu · fp32" in model_line.inner_text()
-            vocab = page.locator("#vocabulary").first.inner_text()
-            assert "only recognises" in vocab and all(w in vocab for w in SHAPES + COLOURS), vocab
-            examples = page.locator("#query-examples").first
-            assert "red circle" in examples.inner_text()
-            box = page.locator("#object textarea, #object input").first
-            box.fill("red cat")
-            page.wait_for_function("() => (document.querySelector('#query-warning') || {}).innerText"
-                                   "?.includes(\"'cat' is outside this model's vocabulary\")")
-            examples.get_by_text("red circle", exact=True).first.click()
-            page.wait_for_function("() => { const e = document.querySelector('#object textarea, #object input');"
-                                   " return e && e.value === 'red circle'; }")
-            page.wait_for_function("() => !(document.querySelector('#query-warning') || {}).innerText"
-                                   "?.includes('outside')")
-        finally:
-            browser.close()
+    with page_at(embedded["url"]) as page:
+        model_line = page.locator("#model-line").first
+        model_line.wait_for(state="visible")
+        assert "assets/model · 8.21 M parameters · cpu · fp32" in model_line.inner_text()
+        vocab = page.locator("#vocabulary").first.inner_text()
+        assert "only recognises" in vocab and all(w in vocab for w in SHAPES + COLOURS), vocab
+        examples = page.locator("#query-examples").first
+        assert "red circle" in examples.inner_text()
+        box = page.locator("#object textarea, #object input").first
+        box.fill("red cat")
+        page.wait_for_function("() => (document.querySelector('#query-warning') || {}).innerText"
+                               "?.includes(\"'cat' is outside this model's vocabulary\")")
+        examples.get_by_text("red circle", exact=True).first.click()
+        page.wait_for_function("() => { const e = document.querySelector('#object textarea, #object input');"
+                               " return e && e.value === 'red circle'; }")
+        page.wait_for_function("() => !(document.querySelector('#query-warning') || {}).innerText"
+                               "?.includes('outside')")
