@@ -317,6 +317,20 @@ def read_text_settings(args) -> TextSettings:
     return TextSettings("query", question=question, answer=answer, max_tokens=args.max_tokens)
 
 
+def check_requests(engine, job: Job) -> None:
+    """Refuse, before any image is read, what the engine would refuse for every image (a regex
+    that does not compile, a grammar too large, more tokens than a row holds): UsageError with
+    the engine's message. The engine is closed on refusal."""
+    from engine import RequestError
+
+    try:
+        for obj, options in job.requests():
+            engine.check_request(job.task, obj, **options)
+    except RequestError as e:
+        engine.close()
+        raise UsageError(str(e)) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from engine import validate_request
 
@@ -379,6 +393,7 @@ def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict]
         except LOAD_ERRORS as e:
             raise UsageError(f"cannot load the model: {e}") from None
         print(startup_line(engine), file=sys.stderr, flush=True)
+        check_requests(engine, job)
         engine.start()
 
     new_ok = new_failed = 0

@@ -106,7 +106,10 @@ class EngineReplica:
 
         self.task, self.classes, self.requests = task, tuple(classes), list(requests)  # requests: Job.requests()
         self.engine = open_engine(weights, tokenizer=tokenizer, device=device, dtype=dtype, max_batch=max_batch,
-                                  max_objects=max_objects).start()
+                                  max_objects=max_objects)
+        for obj, options in self.requests:  # a request no image can pass fails the run, not every image
+            self.engine.check_request(task, obj, **options)
+        self.engine.start()
 
     def __call__(self, batch):
         import numpy as np
@@ -448,6 +451,8 @@ def run_ray(args, root: Path, out: Path, journal, records: dict[str, dict], imag
         what = "the Ray pipeline failed"
         if "CheckpointError: " in line:  # a replica could not load the weights (raised on a worker)
             what, line = "cannot load the model", line.split("CheckpointError: ", 1)[1]
+        elif "RequestError: " in line:  # a replica refused the request options (EngineReplica.__init__)
+            raise UsageError(line.split("RequestError: ", 1)[1])
         raise UsageError(f"{what}: {line} ({new_ok + new_failed} new results kept in {journal.path}; "
                          "re-run to resume)")
     return report(args, root, out, journal, records, images, job, skipped=skipped, new_ok=new_ok,

@@ -154,6 +154,17 @@ def test_bad_inputs_fail_like_the_cli_before_any_image(tmp_path, folder, tiny_ck
         assert rc == 2 and err == cli_err + "\n" and text == "", case
         assert not out.exists()  # refused before any image was read or any output made
 
+    # What only the model's vocabulary or rows can tell (a regex that does not compile, more tokens
+    # than a row holds) is refused once the model is loaded, before any image is read: no record.
+    for question, rest in (("Is it?", ["--regex", "(unclosed"]), ("Is it?", ["--max-tokens", "100000"])):
+        assert cli_main(["query", str(image), question, *rest, "--weights", str(tiny_ckpt)]) == 2
+        cli_err = capsys.readouterr().err.splitlines()[-1]
+        assert cli_err.startswith("error: ")
+        rc, text, err = run(capsys, src, "--task", "query", "--question", question, *rest, "--weights", tiny_ckpt,
+                            "--out", tmp_path / "late", "--quiet")
+        assert rc == 2 and err.splitlines()[-1] == cli_err and text == "", rest
+        assert (tmp_path / "late" / "results.jsonl").read_bytes() == b""
+
 
 @pytest.mark.parametrize("extra, says", [
     (["--format", "coco"], "--format writes boxes and points"), (["--format", "coco,yolo"], "--format"),
