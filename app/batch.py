@@ -1,10 +1,14 @@
-"""`python -m app.batch`: point/detect one or several object classes in every image given.
+"""`python -m app.batch`: point/detect one or several object classes in every image given, or
+ask every image one question, or caption every image.
 
     python -m app.batch INPUT [INPUT ...] --task detect|point --object TEXT [--object TEXT ...]
                         [--objects-file FILE] [--format coco[,yolo]] [--min-score S]
                         [--out OUT] [--max-objects N] [--recursive] [--draw] [--weights DIR|ID]
                         [--tokenizer PATH|ID] [--device auto] [--dtype auto] [--window 64] [--limit N] [--retry-errors]
                         [--quiet] [--ray [--address ADDR] [--replicas N] [--gpus-per-replica G]]
+    python -m app.batch INPUT ... --task query --question TEXT [--choices A,B,... | --regex R |
+                        --schema FILE_OR_JSON] [--max-tokens N] [same input, output, model and Ray options]
+    python -m app.batch INPUT ... --task caption [--length short|normal|long] [--max-tokens N] [...]
 
 An INPUT is a folder, an image file, or a text file (.txt/.lst) listing image paths, one a
 line (relative to the list's folder). Images (.jpg .jpeg .png .bmp .gif .webp .tif .tiff, any
@@ -30,6 +34,16 @@ OUT, nothing elsewhere:
   ``OUT/data.yaml`` for YOLO trainers (app/yolo.py).
 * ``OUT/annotated/<path>`` with ``--draw``: the image with its boxes/points drawn.
 
+Query and caption (one request per image) write results.jsonl only, with the settings in every
+record and the engine's result (``Engine.query`` / ``Engine.caption``) under ``result``:
+``{"path": "a.jpg", "width": 640, "height": 480, "task": "query", "question": "Is there a cat?",
+"answer_format": {"choices": ["yes", "no"]}, "max_tokens": null, "result": {"answer": "yes"}, ...}``
+(``answer_format`` is null for free text, ``{"regex": ...}`` or ``{"json_schema": {...}}``; with a
+schema the answer is the parsed JSON value); a caption record has ``"length"`` and
+``"result": {"caption": "..."}``. ``--format``, ``--draw``, ``--min-score`` and the object options
+are refused for them. The question and the answer format are checked as ``python -m engine query``
+checks them, with the same one-line errors, before any image is read.
+
 ``--min-score S`` leaves objects scoring below S out of coco.json, the YOLO labels, the
 drawings and the summary; results.jsonl keeps every object, so a re-run with another S
 re-exports without inference.
@@ -40,7 +54,9 @@ filesystem root. An OUT inside an input folder is never scanned. Files follow th
 Resuming: a re-run with the same OUT skips every image already in results.jsonl (images
 recorded with an error too, unless ``--retry-errors``; the newest line of an image wins).
 A torn last line left by a crash is detected and cut off (that image is done again). An OUT
-holding results for another task or classes is refused. Only one run may use an OUT at a time.
+holding results for another task or classes is refused, and so is one holding answers to
+another question, answer format, caption length or ``--max-tokens`` (one file never mixes answers
+to two questions; choose another OUT). Only one run may use an OUT at a time.
 ``--limit N`` stops after N new images (resume later). Ctrl-C stops submitting, cancels the
 requests still queued (not recorded: done again on resume), lets those being decoded finish,
 records them, writes the exports and exits with 130; a second Ctrl-C writes coco.json (and
