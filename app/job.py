@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from app.common import IMAGE_SUFFIXES, follow_umask
+from engine.serving.limits import TEXT_SKILLS
 
 
 RESULTS_NAME = "results.jsonl"
@@ -201,7 +202,7 @@ def save_image_atomic(image, target: Path, root: Path) -> None:
         raise
 
 
-TEXT_TASKS = ("query", "caption")  # answers in results.jsonl only: no COCO/YOLO export, no drawing
+TEXT_TASKS = TEXT_SKILLS  # answers in results.jsonl only: no COCO/YOLO export, no drawing
 
 
 @dataclass(frozen=True)
