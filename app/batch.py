@@ -1,10 +1,14 @@
-"""`python -m app.batch`: point/detect one or several object classes in every image given.
+"""`python -m app.batch`: point/detect one or several object classes in every image given, or
+ask every image one question, or caption every image.
 
     python -m app.batch INPUT [INPUT ...] --task detect|point --object TEXT [--object TEXT ...]
                         [--objects-file FILE] [--format coco[,yolo]] [--min-score S]
                         [--out OUT] [--max-objects N] [--recursive] [--draw] [--weights DIR|ID]
                         [--tokenizer PATH|ID] [--device auto] [--dtype auto] [--window 64] [--limit N] [--retry-errors]
                         [--quiet] [--ray [--address ADDR] [--replicas N] [--gpus-per-replica G]]
+    python -m app.batch INPUT ... --task query --question TEXT [--choices A,B,... | --regex R |
+                        --schema FILE_OR_JSON] [--max-tokens N] [same input, output, model and Ray options]
+    python -m app.batch INPUT ... --task caption [--length short|normal|long] [--max-tokens N] [...]
 
 An INPUT is a folder, an image file, or a text file (.txt/.lst) listing image paths, one a
 line (relative to the list's folder). Images (.jpg .jpeg .png .bmp .gif .webp .tif .tiff, any
@@ -30,6 +34,16 @@ OUT, nothing elsewhere:
   ``OUT/data.yaml`` for YOLO trainers (app/yolo.py).
 * ``OUT/annotated/<path>`` with ``--draw``: the image with its boxes/points drawn.
 
+Query and caption (one request per image) write results.jsonl only, with the settings in every
+record and the engine's result (``Engine.query`` / ``Engine.caption``) under ``result``:
+``{"path": "a.jpg", "width": 640, "height": 480, "task": "query", "question": "Is there a cat?",
+"answer_format": {"choices": ["yes", "no"]}, "max_tokens": null, "result": {"answer": "yes"}, ...}``
+(``answer_format`` is null for free text, ``{"regex": ...}`` or ``{"json_schema": {...}}``; with a
+schema the answer is the parsed JSON value); a caption record has ``"length"`` and
+``"result": {"caption": "..."}``. ``--format``, ``--draw``, ``--min-score`` and the object options
+are refused for them. The question and the answer format are checked as ``python -m engine query``
+checks them, with the same one-line errors, before any image is read.
+
 ``--min-score S`` leaves objects scoring below S out of coco.json, the YOLO labels, the
 drawings and the summary; results.jsonl keeps every object, so a re-run with another S
 re-exports without inference.
@@ -40,7 +54,9 @@ filesystem root. An OUT inside an input folder is never scanned. Files follow th
 Resuming: a re-run with the same OUT skips every image already in results.jsonl (images
 recorded with an error too, unless ``--retry-errors``; the newest line of an image wins).
 A torn last line left by a crash is detected and cut off (that image is done again). An OUT
-holding results for another task or classes is refused. Only one run may use an OUT at a time.
+holding results for another task or classes is refused, and so is one holding answers to
+another question, answer format, caption length or ``--max-tokens`` (one file never mixes answers
+to two questions; choose another OUT). Only one run may use an OUT at a time.
 ``--limit N`` stops after N new images (resume later). Ctrl-C stops submitting, cancels the
 requests still queued (not recorded: done again on resume), lets those being decoded finish,
 records them, writes the exports and exits with 130; a second Ctrl-C writes coco.json (and
@@ -64,33 +80,44 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from app.job import (FORMATS, RESULTS_NAME, collect_inputs, merge_results, record_timing, object_field, write_exports, LOADERS, UsageError, default_out, Journal, Job, new_record, request_error, draw_into, redraw, install_sigint, drain_on_sigint, check_prompt_length, plan, commit, report)
+from app.job import (FORMATS, RESULTS_NAME, TEXT_TASKS, collect_inputs, merge_results, record_timing, write_exports, LOADERS, UsageError, default_out, Journal, Job, TextSettings, check_resume, new_record, request_error, draw_into, redraw, install_sigint, drain_on_sigint, check_prompt_length, plan, commit, report)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from engine import DEFAULT_MAX_OBJECTS
     from engine.model.pretrained import add_model_arguments
+    from engine.serving.limits import CAPTION_LENGTHS
 
     p = argparse.ArgumentParser(prog="python -m app.batch",
-                                description="Point/detect objects in every image of folders, files or lists "
-                                            "(JSONL + COCO, optionally YOLO).")
+                                description="Point/detect objects in, ask a question of or caption every image of "
+                                            "folders, files or lists (JSONL; COCO, optionally YOLO, for point/detect).")
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="a folder of images, an image file, or a .txt/.lst file listing image paths (one a line); "
                         "several may be given")
-    p.add_argument("--task", required=True, choices=("detect", "point"))
+    p.add_argument("--task", required=True, choices=("detect", "point", *TEXT_TASKS))
     p.add_argument("--object", action="append", default=[], metavar="TEXT",
-                   help="what to look for, e.g. 'red circle'; repeat for several classes")
+                   help="point/detect: what to look for, e.g. 'red circle'; repeat for several classes")
     p.add_argument("--objects-file", default=None, metavar="FILE",
-                   help="a text file with one object class a line (added after any --object)")
-    p.add_argument("--format", dest="formats", default="coco", metavar="LIST",
-                   help="exports to write besides results.jsonl: 'coco' (default) or 'coco,yolo'")
+                   help="point/detect: a text file with one object class a line (added after any --object)")
+    q = p.add_argument_group("query and caption")
+    q.add_argument("--question", default=None, metavar="TEXT", help="query: the question asked of every image")
+    shape = q.add_mutually_exclusive_group()
+    shape.add_argument("--choices", default=None, metavar="A,B,...", help="query: comma-separated answers, e.g. yes,no")
+    shape.add_argument("--regex", default=None, metavar="R", help="query: the answer must match this regex as a whole")
+    shape.add_argument("--schema", default=None, metavar="FILE_OR_JSON",
+                       help="query: JSON schema (a file or inline JSON); the record holds the parsed answer")
+    q.add_argument("--length", default=None, choices=CAPTION_LENGTHS, help="caption: length (default normal)")
+    q.add_argument("--max-tokens", type=int, default=None, metavar="N",
+                   help="query/caption: answer tokens at most (default: 768 or what fits)")
+    p.add_argument("--format", dest="formats", default=None, metavar="LIST",
+                   help="point/detect: exports to write besides results.jsonl: 'coco' (default) or 'coco,yolo'")
     p.add_argument("--min-score", type=float, default=0.0, metavar="S",
                    help="leave objects scoring below S (0-1) out of the exports and drawings (default 0; "
                         "results.jsonl keeps every object)")
     p.add_argument("--out", default=None, metavar="OUT",
                    help="output folder (default: <DIR>-annotations beside DIR)")
-    p.add_argument("--max-objects", type=int, default=DEFAULT_MAX_OBJECTS, metavar="N",
-                   help=f"most objects per image (default {DEFAULT_MAX_OBJECTS})")
+    p.add_argument("--max-objects", type=int, default=None, metavar="N",
+                   help=f"point/detect: most objects per image (default {DEFAULT_MAX_OBJECTS})")
     p.add_argument("--recursive", action="store_true", help="include sub-folders")
     p.add_argument("--draw", action="store_true", help="also write annotated images under OUT/annotated/")
     add_model_arguments(p)
@@ -109,6 +136,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="GPUs reserved per replica (default: 1 on CUDA, i.e. --device cuda, or auto on a "
                         "machine with a GPU; else 0)")
     args = p.parse_args(argv)
+    if args.task in TEXT_TASKS:
+        check_text_arguments(p, args)
+        args.formats, args.max_objects = (), DEFAULT_MAX_OBJECTS
+        return check_common_arguments(p, args)
+    given = [f"--{name.replace('_', '-')}" for name in ("question", "choices", "regex", "schema", "length", "max_tokens")
+             if getattr(args, name) is not None]
+    if given:
+        p.error(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for --task query/caption, "
+                f"not {args.task}")
+    if args.max_objects is None:
+        args.max_objects = DEFAULT_MAX_OBJECTS
+    if args.formats is None:
+        args.formats = "coco"
     formats = tuple(f.strip().lower() for f in args.formats.split(",") if f.strip())
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown or not formats:
@@ -120,6 +160,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--min-score must be between 0 and 1, got {args.min_score:g}")
     if not args.object and args.objects_file is None:
         p.error("say what to look for: --object TEXT (repeatable) or --objects-file FILE")
+    return check_common_arguments(p, args)
+
+
+def check_text_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse what query/caption cannot use: objects, exports, drawings, scores, the other skill's options."""
+    other = {"query": ("length",), "caption": ("question", "choices", "regex", "schema")}[args.task]
+    given = [f"--{name.replace('_', '-')}" for name in other if getattr(args, name) is not None]
+    if args.object or args.objects_file is not None:
+        given.append("--object/--objects-file")
+    if args.max_objects is not None:
+        given.append("--max-objects")
+    if given:
+        p.error(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} not for --task {args.task}"
+                + ("; ask with --question TEXT" if args.task == "query" else ""))
+    if args.formats is not None:
+        p.error(f"--format writes boxes and points (COCO, YOLO): only for --task detect or point; "
+                f"{args.task} answers are written to results.jsonl")
+    if args.draw or args.min_score != 0.0:
+        p.error(f"--draw and --min-score are for boxes and points, not --task {args.task}")
+    if args.task == "query" and args.question is None:
+        p.error("--task query needs the question: --question TEXT")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        p.error("--max-tokens must be at least 1")
+
+
+def check_common_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
     for name in ("max_batch", "window", "replicas"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -174,14 +240,14 @@ def start_one(engine, job: Job, rel: str) -> Submitted | dict | None:
         return {**base, "error": request_error(e)}
     base.update(width=picture.width, height=picture.height)
     handles = []
-    for obj in job.classes:  # the first request encodes the image; the prefix cache serves the others
+    for obj, options in job.requests():  # the first request encodes the image; the prefix cache serves the others
         while True:
             if job.stop.is_set():
                 for h in handles:
                     h.cancel()
                 return None
             try:
-                handles.append(engine.submit(picture, job.task, obj, max_objects=job.max_objects))
+                handles.append(engine.submit(picture, job.task, obj, **options))
                 break
             except EngineBusy:
                 time.sleep(0.05)
@@ -249,17 +315,52 @@ def read_classes(args) -> tuple[str, ...]:
     return tuple(classes)
 
 
+def read_text_settings(args) -> TextSettings:
+    """A query's / caption's settings, checked as `python -m engine query|caption` checks them
+    (same one-line errors): the question, the answer format (schema file read, grammar built)."""
+    from engine.serving.answers import answer_from_options, answer_grammar
+    from engine.serving.skills import validate_question
+
+    try:
+        if args.task == "caption":
+            return TextSettings("caption", length=args.length or "normal", max_tokens=args.max_tokens)
+        question = validate_question(args.question)
+        check_prompt_length(args.weights, args.tokenizer, "query", question)
+        answer = answer_from_options(choices=args.choices, regex=args.regex, schema=args.schema)
+        answer_grammar(answer)  # a malformed choice list, regex or schema is refused here, not per image
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return TextSettings("query", question=question, answer=answer, max_tokens=args.max_tokens)
+
+
+def check_requests(engine, job: Job) -> None:
+    """Refuse, before any image is read, what the engine would refuse for every image (a regex
+    that does not compile, a grammar too large, more tokens than a row holds): UsageError with
+    the engine's message. The engine is closed on refusal."""
+    from engine import RequestError
+
+    try:
+        for obj, options in job.requests():
+            engine.check_request(job.task, obj, **options)
+    except RequestError as e:
+        engine.close()
+        raise UsageError(str(e)) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from engine import validate_request
 
     if args.ray:
         from app.batch_ray import require_ray
         require_ray()  # UsageError naming the extra when Ray is not installed
-    classes = read_classes(args)
-    try:
-        _, max_objects = validate_request(args.task, classes[0], args.max_objects)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    if args.task in TEXT_TASKS:  # checked before any image is read, with the CLI's messages
+        classes, max_objects, text = (), args.max_objects, read_text_settings(args)
+    else:
+        classes, text = read_classes(args), None
+        try:
+            _, max_objects = validate_request(args.task, classes[0], args.max_objects)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     single_dir = len(args.inputs) == 1 and Path(args.inputs[0]).is_dir()
     if args.out is None:
         root, _ = collect_inputs(args.inputs, recursive=args.recursive)
@@ -282,26 +383,22 @@ def run(args: argparse.Namespace) -> int:
         records = journal.load()
         if journal.repaired:
             print(f"note: cut a torn last line ({journal.repaired} bytes) off {journal.path}", file=sys.stderr)
-        wanted = object_field(classes)
-        for rec in records.values():
-            if (rec.get("task"), rec.get("object")) != (args.task, wanted):
-                raise UsageError(f"{journal.path} holds results for {rec.get('task')} {rec.get('object')!r}, not "
-                                 f"{args.task} {wanted!r}; choose another --out")
+        check_resume(journal.path, records, Job(root, args.task, classes, max_objects, None, text=text))
         if args.ray:
             from app.batch_ray import run_ray
-            return run_ray(args, root, out, journal, records, images, classes, max_objects)
-        return _run(args, root, out, journal, records, images, classes, max_objects)
+            return run_ray(args, root, out, journal, records, images, classes, max_objects, text)
+        return _run(args, root, out, journal, records, images, classes, max_objects, text)
     finally:
         journal.close()
 
 
 def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict], images: list[str],
-         classes: tuple[str, ...], max_objects: int) -> int:
+         classes: tuple[str, ...], max_objects: int, text: TextSettings | None = None) -> int:
     from tqdm import tqdm
 
     from app.common import LOAD_ERRORS, open_engine, startup_line
 
-    todo, skipped, job, redraws = plan(args, root, out, records, images, classes, max_objects)
+    todo, skipped, job, redraws = plan(args, root, out, records, images, classes, max_objects, text)
 
     engine = None
     if todo:
@@ -312,6 +409,7 @@ def _run(args, root: Path, out: Path, journal: Journal, records: dict[str, dict]
         except LOAD_ERRORS as e:
             raise UsageError(f"cannot load the model: {e}") from None
         print(startup_line(engine), file=sys.stderr, flush=True)
+        check_requests(engine, job)
         engine.start()
 
     new_ok = new_failed = 0

@@ -101,12 +101,15 @@ class EngineReplica:
     Two calls may run at once (threads of the actor): the engine is thread-safe and batches them."""
 
     def __init__(self, *, weights: str | None, tokenizer: str | None, device: str, dtype: str, max_batch: int,
-                 max_objects: int, task: str, classes: tuple[str, ...]) -> None:
+                 max_objects: int, task: str, classes: tuple[str, ...], requests: list[tuple[str, dict]]) -> None:
         from app.common import open_engine
 
-        self.task, self.classes, self.max_objects = task, tuple(classes), max_objects
+        self.task, self.classes, self.requests = task, tuple(classes), list(requests)  # requests: Job.requests()
         self.engine = open_engine(weights, tokenizer=tokenizer, device=device, dtype=dtype, max_batch=max_batch,
-                                  max_objects=max_objects).start()
+                                  max_objects=max_objects)
+        for obj, options in self.requests:  # a request no image can pass fails the run, not every image
+            self.engine.check_request(task, obj, **options)
+        self.engine.start()
 
     def __call__(self, batch):
         import numpy as np
@@ -127,10 +130,10 @@ class EngineReplica:
             if row["error"] is not None:
                 continue
             pixels = np.frombuffer(row["pixels"], dtype=np.uint8).reshape(row["height"], row["width"], 3)
-            for obj in self.classes:
+            for obj, options in self.requests:
                 while errors[i] is None:
                     try:
-                        handles[i].append(self.engine.submit(pixels, self.task, obj, max_objects=self.max_objects))
+                        handles[i].append(self.engine.submit(pixels, self.task, obj, **options))
                         break
                     except EngineBusy:  # queue full: wait for an earlier request of this batch, then retry
                         pending = [h for hs in handles[:i + 1] for h in hs if not h.future.done()]
@@ -269,7 +272,7 @@ def _check_resources(ray, args) -> None:
     print(f"warning: {text}; waiting for the cluster to provide them", file=sys.stderr)
 
 
-def _build(ray, args, root: Path, todo: list[str], classes: tuple[str, ...], max_objects: int):
+def _build(ray, args, root: Path, todo: list[str], job: Job):
     from ray.data import ActorPoolStrategy, DataContext
 
     ctx = DataContext.get_current()
@@ -297,7 +300,8 @@ def _build(ray, args, root: Path, todo: list[str], classes: tuple[str, ...], max
         fn_constructor_kwargs=dict(weights=_local(args.weights) or args.weights,
                                    tokenizer=_local(args.tokenizer) or args.tokenizer,
                                    device=device, dtype=args.dtype, max_batch=args.max_batch,
-                                   max_objects=max_objects, task=args.task, classes=classes),
+                                   max_objects=job.max_objects, task=job.task, classes=job.classes,
+                                   requests=job.requests()),
         batch_size=per_call, batch_format="pyarrow",
         # Two calls run at once in each replica: the engine takes the next batch while the last
         # requests of the previous one finish, instead of draining to a small decode batch.
@@ -341,10 +345,10 @@ def _draw(job: Job, rec: dict) -> dict:
 
 
 def run_ray(args, root: Path, out: Path, journal, records: dict[str, dict], images: list[str],
-            classes: tuple[str, ...], max_objects: int) -> int:
+            classes: tuple[str, ...], max_objects: int, text=None) -> int:
     from tqdm import tqdm
 
-    todo, skipped, job, redraws = plan(args, root, out, records, images, classes, max_objects)
+    todo, skipped, job, redraws = plan(args, root, out, records, images, classes, max_objects, text)
     annotated = job.annotated
     ray = owned = None
     if todo:
@@ -403,7 +407,7 @@ def run_ray(args, root: Path, out: Path, journal, records: dict[str, dict], imag
                     new_ok += 1
 
         if todo:
-            ds = _build(ray, args, root, todo, classes, max_objects)
+            ds = _build(ray, args, root, todo, job)
             consumer = threading.Thread(target=consume, args=(ds,), name="batch-ray", daemon=True)
             consumer.start()
             while True:
@@ -447,6 +451,8 @@ def run_ray(args, root: Path, out: Path, journal, records: dict[str, dict], imag
         what = "the Ray pipeline failed"
         if "CheckpointError: " in line:  # a replica could not load the weights (raised on a worker)
             what, line = "cannot load the model", line.split("CheckpointError: ", 1)[1]
+        elif "RequestError: " in line:  # a replica refused the request options (EngineReplica.__init__)
+            raise UsageError(line.split("RequestError: ", 1)[1])
         raise UsageError(f"{what}: {line} ({new_ok + new_failed} new results kept in {journal.path}; "
                          "re-run to resume)")
     return report(args, root, out, journal, records, images, job, skipped=skipped, new_ok=new_ok,

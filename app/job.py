@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from app.common import IMAGE_SUFFIXES, follow_umask
+from engine.serving.limits import TEXT_SKILLS
 
 
 RESULTS_NAME = "results.jsonl"
@@ -201,20 +202,62 @@ def save_image_atomic(image, target: Path, root: Path) -> None:
         raise
 
 
+TEXT_TASKS = TEXT_SKILLS  # answers in results.jsonl only: no COCO/YOLO export, no drawing
+
+
+@dataclass(frozen=True)
+class TextSettings:
+    """What a query/caption run asks of every image: one request per image. Recorded with every
+    answer; a resumed run must ask the same (`identity`)."""
+    task: str
+    question: str = ""           # query: the cleaned question
+    answer: object = None        # query: the answer format (engine.serving.answers), None = free text
+    length: str = "normal"       # caption
+    max_tokens: int | None = None  # None: the engine's default
+
+    def record_fields(self) -> dict:
+        from engine.serving.answers import describe_format
+
+        if self.task == "query":
+            return {"question": self.question, "answer_format": describe_format(self.answer),
+                    "max_tokens": self.max_tokens}
+        return {"length": self.length, "max_tokens": self.max_tokens}
+
+    def request(self) -> tuple[str, dict]:
+        """`Engine.submit`'s text and options."""
+        if self.task == "query":
+            return self.question, {"answer": self.answer, "max_tokens": self.max_tokens}
+        return "", {"length": self.length, "max_tokens": self.max_tokens}
+
+
 @dataclass
 class Job:
     root: Path
     task: str
-    classes: tuple[str, ...]  # the object texts, in --object order (COCO category i + 1, YOLO class i)
+    classes: tuple[str, ...]  # the object texts, in --object order (COCO category i + 1, YOLO class i); () for text
     max_objects: int
     annotated: Path | None
     min_score: float = 0.0
+    text: TextSettings | None = None  # query/caption
     stop: threading.Event = field(default_factory=threading.Event)
 
     @property
     def object_field(self) -> str | list[str]:
         """The record's "object": the text of a one-class run, else the list of classes."""
         return object_field(self.classes)
+
+    def requests(self) -> list[tuple[str, dict]]:
+        """`Engine.submit`'s (text, options) of every request made for one image: one per class
+        (point/detect), or the one query/caption."""
+        if self.text is not None:
+            return [self.text.request()]
+        return [(obj, {"max_objects": self.max_objects}) for obj in self.classes]
+
+    def identity(self) -> dict:
+        """The record fields a resumed run must share with the records already in OUT."""
+        if self.text is not None:
+            return {"task": self.task, **self.text.record_fields()}
+        return {"task": self.task, "object": self.object_field}
 
 
 def object_field(classes: tuple[str, ...]) -> str | list[str]:
@@ -223,14 +266,34 @@ def object_field(classes: tuple[str, ...]) -> str | list[str]:
 
 def new_record(job: Job, rel: str) -> dict:
     """The fields every record starts with (width/height filled in once the image is read)."""
-    return {"path": rel, "width": None, "height": None, "task": job.task, "object": job.object_field,
-            "max_objects": job.max_objects}
+    base = {"path": rel, "width": None, "height": None}
+    if job.text is not None:
+        return {**base, **job.identity()}
+    return {**base, "task": job.task, "object": job.object_field, "max_objects": job.max_objects}
+
+
+def check_resume(path: Path, records: dict[str, dict], job: Job) -> None:
+    """UsageError when OUT holds records of other settings (another task, classes, question,
+    answer format, length or token cap): answers to two questions never share one results file."""
+    wanted = job.identity()
+    for rec in records.values():
+        if job.text is None and (rec.get("task"), rec.get("object")) != (wanted["task"], wanted["object"]):
+            raise UsageError(f"{path} holds results for {rec.get('task')} {rec.get('object')!r}, not "
+                             f"{job.task} {wanted['object']!r}; choose another --out")
+        differ = [k for k, v in wanted.items() if rec.get(k, "(none)") != v]
+        if differ:
+            k = differ[0]
+            there = json.dumps(rec[k], ensure_ascii=False) if k in rec else "(none)"
+            raise UsageError(f"{path} holds {rec.get('task')} results of other settings ({k} {there} there, "
+                             f"{json.dumps(wanted[k], ensure_ascii=False)} now); resume with the same settings, "
+                             "or choose another --out")
 
 
 def merge_results(task: str, classes: tuple[str, ...], results: list[dict]) -> dict:
-    """One image's result from its per-class results: unchanged for one class; with several,
-    every object of every class in one list, class order, each with its "label"."""
-    if len(classes) == 1:
+    """One image's result from its per-class results: unchanged for one class (or a query's /
+    caption's one answer); with several, every object of every class in one list, class order,
+    each with its "label"."""
+    if len(results) == 1:
         return results[0]
     key = "objects" if task == "detect" else "points"
     return {key: [{**o, "label": label} for label, result in zip(classes, results) for o in result[key]]}
@@ -330,7 +393,7 @@ def check_prompt_length(weights: str | None, tokenizer: str | None, task: str, o
     loader to report."""
     from engine.model.config import TokenConfig
     from engine import DEFAULT_WEIGHTS
-    from engine.serving.skills import prompt_ids
+    from engine.serving.skills import prompt_ids, query_prompt_ids
     from engine.model.tokenizer import load_tokenizer
 
     try:
@@ -338,11 +401,15 @@ def check_prompt_length(weights: str | None, tokenizer: str | None, task: str, o
                              else Path(weights if weights is not None else DEFAULT_WEIGHTS) / "tokenizer.json")
     except Exception:  # noqa: BLE001 - reported by open_engine with the right message
         return
-    prompt_ids(TokenConfig(), lambda s: tok.encode(s).ids, task, obj)
+    encode = lambda s: tok.encode(s).ids  # noqa: E731
+    if task == "query":
+        query_prompt_ids(TokenConfig(), encode, obj)
+    else:
+        prompt_ids(TokenConfig(), encode, task, obj)
 
 
 def plan(args, root: Path, out: Path, records: dict[str, dict], images: list[str], classes: tuple[str, ...],
-         max_objects: int) -> tuple[list[str], int, Job, list[dict]]:
+         max_objects: int, text: TextSettings | None = None) -> tuple[list[str], int, Job, list[dict]]:
     """What this run does: (images to infer, images skipped as recorded, the job, records to redraw)."""
     def done(rel: str) -> bool:
         rec = records.get(rel)
@@ -353,7 +420,7 @@ def plan(args, root: Path, out: Path, records: dict[str, dict], images: list[str
     if args.limit is not None:
         todo = todo[: args.limit]
     annotated = out / ANNOTATED_NAME if args.draw else None
-    job = Job(root, args.task, classes, max_objects, annotated, min_score=args.min_score)
+    job = Job(root, args.task, classes, max_objects, annotated, min_score=args.min_score, text=text)
     pending = set(todo)
     redraws = [records[rel] for rel in images if annotated is not None and rel in records
                and "result" in records[rel] and rel not in pending and not (annotated / rel).exists()]
@@ -373,8 +440,12 @@ def commit(journal: Journal, records: dict[str, dict], rec: dict, bar) -> bool:
 
 def write_exports(job: Job, out: Path, formats: tuple[str, ...], current: list[dict]) -> list[Path]:
     """coco.json (always) and, with "yolo" in `formats`, the YOLO labels and data.yaml, from the
-    records of this run's images; objects below --min-score are left out. Returns what was written."""
+    records of this run's images; objects below --min-score are left out. Returns what was written
+    (nothing for query/caption: their answers are in results.jsonl only)."""
     from app.coco import to_coco, write_coco
+
+    if job.text is not None:
+        return []
 
     shown = [{**r, "result": shown_result(job, r["result"])} if "result" in r else r for r in current]
     write_coco(out / COCO_NAME, to_coco(shown, task=job.task, classes=job.classes))
@@ -392,15 +463,20 @@ def report(args, root: Path, out: Path, journal: Journal, records: dict[str, dic
     current = [records[rel] for rel in images if rel in records]
     written = write_exports(job, out, args.formats, current)
     failures = [r for r in current if "error" in r]
-    objects = sum(len(kept(job.classes, r["result"], job.min_score)) for r in current if "result" in r)
     new = new_ok + new_failed
     rate = new / elapsed if elapsed > 0 and new else 0.0
     remaining = len(images) - len(current)
     print(f"images: {len(images)} in {root} ({new} new, {skipped} already recorded"
           f"{f', {remaining} left for a later run' if remaining else ''})")
-    what = ", ".join(repr(c) for c in job.classes)
-    print(f"objects: {objects} ({args.task} {what})" + (" [points]" if args.task == "point" else "")
-          + (f", score >= {job.min_score:g}" if job.min_score > 0 else ""))
+    if job.text is not None:
+        answered = sum("result" in r for r in current)
+        what = repr(job.text.question) if job.task == "query" else job.text.length
+        print(f"{'answers' if job.task == 'query' else 'captions'}: {answered} ({job.task} {what})")
+    else:
+        objects = sum(len(kept(job.classes, r["result"], job.min_score)) for r in current if "result" in r)
+        what = ", ".join(repr(c) for c in job.classes)
+        print(f"objects: {objects} ({args.task} {what})" + (" [points]" if args.task == "point" else "")
+              + (f", score >= {job.min_score:g}" if job.min_score > 0 else ""))
     print(f"failures: {len(failures)}" + (f" ({new_failed} new)" if new_failed else ""))
     for rec in failures[:10]:
         print(_show(f"  {rec['path']}: {rec['error']}"))

@@ -161,6 +161,35 @@ def test_ray_resumes_after_limit_and_kill(tmp_path, weights, ray_address, capsys
     assert_same_outputs(out, tmp_path / "single")
 
 
+@pytest.mark.parametrize("task", [["--task", "query", "--question", "What colour is the circle?", "--schema",
+                                   json.dumps({"type": "object", "properties": {"colour": {"enum": ["red", "blue"]}},
+                                               "required": ["colour"]})],
+                                  ["--task", "caption", "--length", "short", "--max-tokens", "5"]])
+def test_ray_query_and_caption_match_single_process(tmp_path, weights, ray_address, capsys, task):
+    src = tmp_path / "photos"
+    expected = make_folder(src, 4)  # with corrupt.JPG and empty.png
+    common = [str(src), *task, "--recursive", "--quiet", "--weights", str(weights)]
+    assert main([*common, "--out", str(tmp_path / "single")]) == 1
+    single_text = capsys.readouterr().out
+    assert main([*common, "--out", str(tmp_path / "ray"), "--ray", "--window", "2"]) == 1
+    assert summary(capsys.readouterr().out) == summary(single_text)
+    records = read_jsonl(tmp_path / "ray" / "results.jsonl")
+    assert without_timing(records) == without_timing(read_jsonl(tmp_path / "single" / "results.jsonl"))
+    assert sorted(r["path"] for r in records) == expected
+    answers = [r["result"] for r in records if "result" in r]
+    assert len(answers) == 4 and not (tmp_path / "ray" / "coco.json").exists()
+    if task[1] == "query":
+        assert all(a["answer"]["colour"] in ("red", "blue") for a in answers)  # the parsed JSON value
+        # A regex no image can satisfy fails the run with the engine's one line, records nothing.
+        assert main([str(src), "--task", "query", "--question", "Is it?", "--regex", "(unclosed", "--quiet",
+                     "--weights", str(weights), "--out", str(tmp_path / "bad"), "--ray"]) == 2
+        err = capsys.readouterr().err.splitlines()[-1]
+        assert err.startswith("error: cannot use this answer format: ") and "Traceback" not in err
+        assert read_jsonl(tmp_path / "bad" / "results.jsonl") == []
+    else:
+        assert all(isinstance(a["caption"], str) for a in answers)
+
+
 def test_ray_stays_optional(tmp_path, weights, monkeypatch, capsys):
     pyproject = (ROOT / "pyproject.toml").read_text()  # (tomllib is 3.11+; the project supports 3.10)
     assert '\nray = ["ray[data,serve]>=2.40"]\n' in pyproject.split("[project.optional-dependencies]", 1)[1]

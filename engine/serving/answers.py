@@ -98,6 +98,22 @@ def answer_from_options(*, choices: str | None = None, regex: str | None = None,
     return JsonSchema(text)
 
 
+def describe_format(answer: AnswerFormat) -> dict | None:
+    """An answer format as JSON data, in the shape `app.serve` takes it in `settings`:
+    None (free text), `{"choices": [...]}`, `{"regex": "..."}` or `{"json_schema": {...}}` (the
+    schema parsed; its text when it is not JSON). Equal formats give equal data."""
+    if answer is None:
+        return None
+    if isinstance(answer, Choices):
+        return {"choices": list(answer.options)}
+    if isinstance(answer, Regex):
+        return {"regex": answer.pattern}
+    try:
+        return {"json_schema": json.loads(answer.schema)}
+    except json.JSONDecodeError:
+        return {"json_schema": answer.schema}
+
+
 def answer_grammar(answer: AnswerFormat) -> GrammarSpec:
     """The grammar of an answer format; RequestError naming the problem when it is malformed."""
     if answer is None:

@@ -185,6 +185,30 @@ class Engine:
         queued = self.queued()
         if queued >= self.config.max_queue:
             raise EngineBusy(f"the engine is busy ({queued} requests queued); try again shortly")
+        prompt, max_objects, limit, make_builder, automaton = self._prepare(skill, obj, max_objects, answer,
+                                                                            max_tokens, length)
+        key, picture = decode_image(image)
+        crops = None if key in self.prefix_cache else self.crops.request(key, picture)
+        seq = Sequence(next(self._ids), skill, prompt, max_objects, answer_budget(skill, limit), key, picture, crops,
+                       on_object=on_object, make_builder=make_builder,
+                       deadline=None if timeout is None else self.clock() + timeout, submitted_at=self.clock())
+        seq.automaton = automaton
+        seq.future.add_done_callback(lambda _: setattr(seq, "finished_at", self.clock()))
+        self._inbox.put(seq)
+        self._wake.set()
+        return RequestHandle(seq.id, seq.future, seq, self)
+
+    def check_request(self, skill: str, obj: str = "", *, max_objects: int = DEFAULT_MAX_OBJECTS,
+                      answer: AnswerFormat | list | dict = None, max_tokens: int | None = None,
+                      length: str = "normal") -> None:
+        """Raise the RequestError `submit` would raise for these options (any image), queueing
+        nothing: a caller sending one request shape for many images checks it once, up front."""
+        self._prepare(skill, obj, max_objects, answer, max_tokens, length)
+
+    def _prepare(self, skill: str, obj: object, max_objects: object, answer: object, max_tokens: object,
+                 length: object):
+        """A request's prompt, object cap, answer budget, result builder and compiled grammar
+        (RequestError when it is malformed or can never fit this engine)."""
         cfg = self.model_config
         make_builder = None
         if skill in TEXT_SKILLS:
@@ -202,17 +226,7 @@ class Engine:
         if need > self.runner.scratch_pos:
             raise RequestError(f"request needs {need} KV positions; this engine holds {self.runner.scratch_pos} "
                                f"per row (lower max_objects or raise max_len)")
-        automaton = self._grammar(spec)
-        key, picture = decode_image(image)
-        crops = None if key in self.prefix_cache else self.crops.request(key, picture)
-        seq = Sequence(next(self._ids), skill, prompt, max_objects, answer_budget(skill, limit), key, picture, crops,
-                       on_object=on_object, make_builder=make_builder,
-                       deadline=None if timeout is None else self.clock() + timeout, submitted_at=self.clock())
-        seq.automaton = automaton
-        seq.future.add_done_callback(lambda _: setattr(seq, "finished_at", self.clock()))
-        self._inbox.put(seq)
-        self._wake.set()
-        return RequestHandle(seq.id, seq.future, seq, self)
+        return prompt, max_objects, limit, make_builder, self._grammar(spec)
 
     def point(self, image, obj: str, *, max_objects: int = DEFAULT_MAX_OBJECTS, timeout: float | None = None) -> dict:
         return self.submit(image, "point", obj, max_objects=max_objects, timeout=timeout).result()
