@@ -173,3 +173,21 @@ def test_train_smoke_with_questions(tmp_path):
     assert result.steps == 3 and all(np.isfinite(h["loss"]) for h in result.history + only.history)
     assert all(0.0 <= h["qa_acc"] <= 1.0 for h in result.history)
     assert (tmp_path / "ck" / "model.safetensors").exists()
+
+
+def test_the_longest_caption_fits_the_context_and_the_evaluation_cap(tokenizer):
+    from engine.model.config import EMBEDDED
+    from engine.training.evaluate import QA_MAX_TOKENS
+
+    encode = lambda s: tokenizer.encode(s).ids  # noqa: E731
+    kinds = [(c, s) for c in COLOURS for s in SHAPES]
+    worst = 0
+    for n in (1, 2, 12):   # 25 objects: distinct kinds with the longest spellings, or a few kinds many times
+        longest = sorted(kinds, key=lambda k: -len(encode(Q.count_phrase(n, *k))))[:max(1, 25 // n)]
+        for length in Q.TRAINED_CAPTION_LENGTHS:
+            qa = Q.QA("caption", None, length, Q.caption_text(Counter({k: n for k in longest}), length))
+            prompt, answer = Q.qa_ids(qa, EMBEDDED.tokens, encode)
+            worst = max(worst, len(answer))
+            T.qa_sequence(qa, EMBEDDED, encode)   # raises if it does not fit
+            assert EMBEDDED.prefix_len + len(prompt) + len(answer) + 1 <= EMBEDDED.text.max_context
+    assert worst + 1 <= QA_MAX_TOKENS["caption"]

@@ -214,10 +214,8 @@ def make_qa(rng: np.random.Generator, scene: Scene) -> QA:
 
 
 def qa_suite(rng: np.random.Generator, scene: Scene) -> list[QA]:
-    """One QA of every kind the scene can be asked about, and both trained caption lengths (evaluation)."""
-    out = [qa for kind in QA_KINDS if kind != "caption" for qa in [ASK[kind](rng, scene)] if qa is not None]
-    counts = known_counts(scene)
-    return out + [QA("caption", None, length, caption_text(counts, length)) for length in TRAINED_CAPTION_LENGTHS]
+    """One QA of every kind the scene can be asked about, the caption in a random trained length (evaluation)."""
+    return [qa for kind in QA_KINDS for qa in [ASK[kind](rng, scene)] if qa is not None]
 
 
 def qa_ids(qa: QA, tokens, encode) -> tuple[list[int], list[int]]:
