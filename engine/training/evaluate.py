@@ -2,7 +2,7 @@
 
     python -m engine.evaluate [--generator own|independent] [--weights DIR] [--n 500] [--seed 12345]
                               [--max-batch 16] [--latency-runs 30] [--threads 2] [--json PATH]
-                              [--qa N] [--qa-only]
+                              [--qa N] [--qa-only] [--device cpu|cuda]
 
 `--generator own` (default): `engine.training.scenes.scene_batch(seed, n, **OWN_SCENES)` — the
 distribution training draws from, but another seed (training uses seeds [train_seed, batch,
@@ -397,13 +397,14 @@ def generate(generator: str, seed: int, n: int):
 
 def evaluate(weights: str | Path | None, n: int = 500, seed: int = 12345, max_batch: int = 16,
              latency_runs: int = 30, threads: int = 2, quiet: bool = False, generator: str = "own",
-             qa: int = 0, objects: bool = True) -> dict:
+             qa: int = 0, objects: bool = True, device: str = "cpu") -> dict:
     from engine.serving.engine import DEFAULT_WEIGHTS, Engine
 
     weights = Path(weights) if weights is not None else DEFAULT_WEIGHTS
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
-    engine = Engine.from_pretrained(weights, device="cpu", dtype="fp32", max_batch=max_batch)
-    report: dict = {"weights": str(weights), "generator": generator, "n": n, "seed": seed, "max_batch": max_batch}
+    engine = Engine.from_pretrained(weights, device=device, dtype="fp32", max_batch=max_batch)
+    report: dict = {"weights": str(weights), "generator": generator, "n": n, "seed": seed, "max_batch": max_batch,
+                    "device": device}
     if qa:
         report["qa"] = run_qa(engine, seed, qa)
         say(f"  questions and captions: {report['qa']['requests']} requests on {qa} own scenes in "
@@ -518,12 +519,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--qa", type=int, default=0, metavar="N",
                     help="also ask every question kind and caption on N held-out own-generator scenes (0: skip)")
     ap.add_argument("--qa-only", action="store_true", help="only the questions and captions (no detect/point, no latency)")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                    help="where the evaluated engine runs (the latency measurement always uses the CPU)")
     ap.add_argument("--json", default=None, help="also write the report here as JSON (default: print only)")
     a = ap.parse_args(argv)
     if a.qa_only and a.qa <= 0:
         ap.error("--qa-only needs --qa N (the number of scenes to ask about)")
     report = evaluate(a.weights, n=a.n, seed=a.seed, max_batch=a.max_batch, latency_runs=a.latency_runs, threads=a.threads,
-                      generator=a.generator, qa=a.qa, objects=not a.qa_only)
+                      generator=a.generator, qa=a.qa, objects=not a.qa_only, device=a.device)
     print(format_table(report))
     if not a.json:
         return 0
