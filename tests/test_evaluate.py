@@ -235,3 +235,78 @@ def test_evaluate_writes_only_where_told(tmp_path, monkeypatch):
     out = tmp_path / "r.json"
     assert E.main(["--weights", str(tmp_path), "--n", "1", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["count_exact"] == 1.0
+
+
+def test_qa_scorers_on_hand_examples():
+    from engine.training.evaluate import score_answer
+
+    right = [("count", "3", "3"), ("count", " Three. ", "3"), ("count", "none", "0"), ("yes_no", "Yes.", "yes"),
+             ("colour", " green", "green"), ("which", "star and circle", "circle and star"),
+             ("which", "circles, stars", "circle and star"), ("which", "None.", "none"),
+             ("list", "red circle and blue star", "blue star and red circle"),
+             ("caption", "two red circles and a blue star", "a blue star and two red circles"),
+             ("caption", "3 red circles and a blue star", "a blue star and two red circles"),
+             ("caption_counts", "the image shows two red circles and a blue star.", "a blue star and two red circles"),
+             ("caption", "No shapes.", "no shapes")]
+    wrong = [("count", "4", "3"), ("count", "3 circles", "3"), ("count", "", "0"), ("yes_no", "yes no", "yes"),
+             ("yes_no", "no", "yes"), ("colour", "red", "green"), ("colour", "greenish", "green"),
+             ("which", "circle", "circle and star"), ("which", "", "none"), ("which", "circle", "none"),
+             ("list", "red circle", "blue star and red circle"), ("list", "red star and blue circle", "blue star and red circle"),
+             ("caption", "two red circles", "a blue star and two red circles"),
+             ("caption", "a blue star, two red circles and a green cross", "a blue star and two red circles"),
+             ("caption_counts", "3 red circles and a blue star", "a blue star and two red circles"),
+             ("caption", "", "no shapes"), ("caption", "a red circle", "no shapes")]
+    assert [score_answer(*c) for c in right] == [True] * len(right)
+    assert [score_answer(*c) for c in wrong] == [False] * len(wrong)
+    with pytest.raises(ValueError):
+        score_answer("riddle", "x", "y")
+
+
+def test_qa_metrics_and_table():
+    from engine.training.evaluate import format_qa_table, qa_metrics
+
+    m = qa_metrics([("count", "3", "3"), ("count", None, "2"), ("caption", "a red star", "a red star"),
+                    ("caption", "two red stars", "a red star")])
+    assert m["count"]["asked"] == 2 and m["count"]["accuracy"] == 0.5
+    assert m["count"]["failures"] == [{"expected": "2", "got": None}]
+    assert m["caption"]["accuracy"] == 1.0 and m["caption_counts"]["accuracy"] == 0.5
+    table = format_qa_table({"scenes": 1, "seed": 3, "requests": 4, "errors": 1, "seconds": 0.5, "per_kind": m,
+                             "targets": {"count": {"value": 0.5, "target": 0.9, "met": False}}})
+    assert "count" in table and "50.0%" in table and "✗" in table
+
+
+def test_run_qa_through_the_engine_api():
+    """Every kind is asked through Engine.submit; an engine that answers right scores 1.0, one that fails 0."""
+    from engine.training.evaluate import run_qa
+
+    class Handle:
+        def __init__(self, value):
+            self.value = value
+
+        def result(self):
+            if isinstance(self.value, Exception):
+                raise self.value
+            return self.value
+
+    class Oracle:   # answers with the canonical text it is told by `answers`
+        def __init__(self, answers):
+            self.answers, self.calls = answers, []
+
+        def submit(self, image, skill, question=None, *, length=None, max_tokens=None):
+            self.calls.append((skill, question, length, max_tokens))
+            return Handle(self.answers.pop(0))
+
+    from engine.training.qa import qa_suite
+    from engine.training.scenes import OWN_SCENES, make_scene
+    canon = []
+    for i in range(3):
+        scene = make_scene(np.random.default_rng([5, i]), **OWN_SCENES)
+        canon += [q for q in qa_suite(np.random.default_rng([5, i, 7]), scene)]
+    good = Oracle([{"caption": q.answer} if q.question is None else {"answer": q.answer} for q in canon])
+    report = run_qa(good, 5, 3)
+    assert report["requests"] == len(canon) and report["errors"] == 0
+    assert all(row["accuracy"] == 1.0 for row in report["per_kind"].values())
+    assert {c[0] for c in good.calls} == {"query", "caption"}
+    bad = Oracle([RuntimeError("boom")] + [{"caption": "x"} if q.question is None else {"answer": "x"} for q in canon[1:]])
+    report = run_qa(bad, 5, 3)
+    assert report["errors"] == 1 and all(row["accuracy"] < 1.0 for row in report["per_kind"].values())

@@ -287,8 +287,9 @@ def test_schedule_warmup_cosine_and_deadline():
     assert s.lr(30, now=100.0) == pytest.approx(0.1)
 
 
-def test_stream_order_is_independent_of_workers(prompts):
-    kw = dict(batch=2, queries=2, scene_kw=SMALL_SCENES, point_frac=0.5, empty_rate=0.15)
+def test_stream_order_is_independent_of_workers(prompts, tokenizer):
+    # questions included: the tokenizer travels to the workers
+    kw = dict(batch=2, queries=2, scene_kw=SMALL_SCENES, point_frac=0.5, empty_rate=0.15, qa_frac=0.3, tokenizer=tokenizer)
     serial = T.batch_stream(TINY, prompts, 9, start=0, workers=0, pin=False, fixed=False, **kw)
     shared = T.batch_stream(TINY, prompts, 9, start=0, workers=2, pin=False, fixed=False, shm=True, **kw)
     piped = T.batch_stream(TINY, prompts, 9, start=0, workers=2, pin=False, fixed=False, shm=False, **kw)

@@ -2,6 +2,7 @@
 
     python -m engine.evaluate [--generator own|independent] [--weights DIR] [--n 500] [--seed 12345]
                               [--max-batch 16] [--latency-runs 30] [--threads 2] [--json PATH]
+                              [--qa N] [--qa-only] [--device cpu|cuda]
 
 `--generator own` (default): `engine.training.scenes.scene_batch(seed, n, **OWN_SCENES)` — the
 distribution training draws from, but another seed (training uses seeds [train_seed, batch,
@@ -31,6 +32,17 @@ Metrics (pure functions below, tested in tests/test_evaluate.py):
 * breakdowns: detect / point recall of the matching objects by tilt (degrees from the shape's
   upright pose), by size (circumscribed diameter / short side) and by shape; all metrics by
   crowd size (objects in the scene, distractors included), by query form and by background.
+* questions and captions (`--qa N`, on N held-out scenes of the own generator, seed `--seed`):
+  every question kind of `engine.training.qa` that the scene can be asked about, once each, with
+  wording drawn from the training templates by rng [seed, i, 7], and a caption (short or normal);
+  all through the public `Engine.submit(image, "query" | "caption", …)` (greedy, free text; a
+  query may write QA_MAX_TOKENS["query"] tokens, a caption QA_MAX_TOKENS["caption"]). Accuracy per
+  kind (`score_answer`): count — the stated number equals the true count (digits or number words:
+  "3" = "three"); yes/no and colour — the one word after lower-casing and stripping spaces and
+  punctuation; which / list — the set of shapes / "colour shape" names equals the canonical set
+  (order, plurals and separators free; "none" must be said as such); caption — the set of
+  (colour, shape) kinds named equals the scene's vocabulary kinds (an empty scene: it names none
+  and says "no shapes"); caption_counts additionally needs every kind's count right.
 * latency: one detect per image with a max_batch=1 engine and `--threads` torch threads,
   wall time from submit (image conversion and cropping included) to result; median over
   `--latency-runs` images after warm-up.
@@ -51,6 +63,9 @@ import torch
 
 Box = tuple[float, float, float, float]
 
+QA_TARGETS = {"count": 0.90, "yes_no": 0.97, "colour": 0.95, "caption": 0.85}
+QA_MAX_TOKENS = {"query": 64, "caption": 160}    # room for the longest canonical caption (tests/test_qa.py)
+QA_EXAMPLES = 5                                 # failures kept per kind in the report
 TARGETS = {"detect_ap50": 0.90, "point_hit_rate": 0.95, "count_exact": 0.90, "empty_accuracy": 0.97,
            "crowded_ap50": 0.80, "recall_size_4pct": 0.90, "latency_ms_median": 100.0}
 GENERATORS = ("own", "independent")
@@ -194,6 +209,79 @@ def point_metrics(items: Sequence[tuple[Sequence[Sequence[float]], Sequence, tup
     }
 
 
+def score_answer(kind: str, predicted: str, canonical: str) -> bool:
+    """Is a predicted answer right, read as leniently as a user would (see the module docstring)?"""
+    from engine.training import qa as Q
+
+    if kind == "count":
+        return Q.parse_count(predicted) == int(canonical)
+    if kind in ("yes_no", "colour"):
+        return Q.parse_word(predicted) == canonical
+    if kind in ("which", "list"):
+        if canonical == Q.NONE:
+            return Q.parse_word(predicted) == Q.NONE
+        return Q.parse_list(predicted) == Q.parse_list(canonical)
+    if kind in ("caption", "caption_counts"):
+        named, truth = Q.named_objects(predicted), Q.named_objects(canonical)
+        if not truth:
+            return not named and Q.EMPTY_CAPTION in Q.parse_word(predicted)
+        return named == truth if kind == "caption_counts" else named.keys() == truth.keys()
+    raise ValueError(f"unknown question kind {kind!r}")
+
+
+def qa_metrics(items) -> dict:
+    """items: (kind, predicted text, canonical answer). Accuracy per kind (captions also with counts)."""
+    table: dict[str, dict] = {}
+    for kind, predicted, canonical in items:
+        for k in (kind, "caption_counts") if kind == "caption" else (kind,):
+            row = table.setdefault(k, {"asked": 0, "right": 0, "failures": []})
+            row["asked"] += 1
+            ok = predicted is not None and score_answer(k, predicted, canonical)
+            row["right"] += ok
+            if not ok and len(row["failures"]) < QA_EXAMPLES:
+                row["failures"].append({"expected": canonical, "got": predicted})
+    return {k: {"asked": v["asked"], "accuracy": v["right"] / v["asked"], "failures": v["failures"]}
+            for k, v in table.items()}
+
+
+def run_qa(engine, seed: int, n: int, chunk: int = 128) -> dict:
+    """Every question kind (`qa_suite`) on n held-out own-generator scenes."""
+    from engine.training.qa import qa_suite
+    from engine.training.scenes import OWN_SCENES, make_scene
+
+    t0 = time.perf_counter()
+    items = []
+    for i in range(n):
+        rng = np.random.default_rng([seed, i])
+        scene = make_scene(rng, **OWN_SCENES)
+        qrng = np.random.default_rng([seed, i, 7])
+        items += [(scene, qa) for qa in qa_suite(qrng, scene)]
+    t_gen = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out, errors = [], 0
+    for start in range(0, len(items), chunk):
+        handles = []
+        for scene, qa in items[start:start + chunk]:
+            if qa.question is None:
+                handles.append(engine.submit(scene.image, "caption", length=qa.length, max_tokens=QA_MAX_TOKENS["caption"]))
+            else:
+                handles.append(engine.submit(scene.image, "query", qa.question, max_tokens=QA_MAX_TOKENS["query"]))
+        for (scene, qa), h in zip(items[start:start + chunk], handles):
+            try:
+                r = h.result()
+                out.append((qa.kind, r["caption"] if qa.question is None else r["answer"], qa.answer))
+            except Exception:  # a failed request counts as a wrong answer
+                errors += 1
+                out.append((qa.kind, None, qa.answer))
+    dt = time.perf_counter() - t0
+    per_kind = qa_metrics(out)
+    targets = {k: {"value": per_kind.get(k, {}).get("accuracy"), "target": t,
+                   "met": None if k not in per_kind else per_kind[k]["accuracy"] >= t} for k, t in QA_TARGETS.items()}
+    return {"scenes": n, "seed": seed, "requests": len(items), "errors": errors, "seconds": round(dt, 1),
+            "generate_seconds": round(t_gen, 1), "requests_per_s": round(len(items) / max(dt, 1e-9), 1),
+            "per_kind": per_kind, "targets": targets}
+
+
 # --------------------------------------------------------------------------------------------
 # Running the engine
 # --------------------------------------------------------------------------------------------
@@ -308,16 +396,24 @@ def generate(generator: str, seed: int, n: int):
 
 
 def evaluate(weights: str | Path | None, n: int = 500, seed: int = 12345, max_batch: int = 16,
-             latency_runs: int = 30, threads: int = 2, quiet: bool = False, generator: str = "own") -> dict:
+             latency_runs: int = 30, threads: int = 2, quiet: bool = False, generator: str = "own",
+             qa: int = 0, objects: bool = True, device: str = "cpu") -> dict:
     from engine.serving.engine import DEFAULT_WEIGHTS, Engine
 
     weights = Path(weights) if weights is not None else DEFAULT_WEIGHTS
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    engine = Engine.from_pretrained(weights, device=device, dtype="fp32", max_batch=max_batch)
+    report: dict = {"weights": str(weights), "generator": generator, "n": n, "seed": seed, "max_batch": max_batch,
+                    "device": device}
+    if qa:
+        report["qa"] = run_qa(engine, seed, qa)
+        say(f"  questions and captions: {report['qa']['requests']} requests on {qa} own scenes in "
+            f"{report['qa']['seconds']:.1f}s ({report['qa']['requests_per_s']}/s), {report['qa']['errors']} errors")
+    if not objects:
+        return report
     t0 = time.perf_counter()
     data = generate(generator, seed, n)
     say(f"evaluate: {weights} on {n} {generator} scenes (seed {seed}), generated in {time.perf_counter() - t0:.1f}s")
-    engine = Engine.from_pretrained(weights, device="cpu", dtype="fp32", max_batch=max_batch)
-    report: dict = {"weights": str(weights), "generator": generator, "n": n, "seed": seed, "max_batch": max_batch}
     answers = {}
     for skill in ("detect", "point"):
         t0 = time.perf_counter()
@@ -357,10 +453,23 @@ def check_targets(report: dict) -> dict:
     return out
 
 
+def format_qa_table(qa: dict) -> str:
+    lines = [f"questions and captions on {qa['scenes']} own scenes (seed {qa['seed']}), {qa['requests']} requests, "
+             f"{qa['errors']} errors, {qa['seconds']:.1f}s",
+             f"{'kind':<16}{'asked':>7}{'accuracy':>10}{'target':>9}"]
+    for kind, row in qa["per_kind"].items():
+        target = qa["targets"].get(kind)
+        mark = "" if target is None else f"{100 * target['target']:.0f}% {'✓' if target['met'] else '✗'}"
+        lines.append(f"{kind:<16}{row['asked']:>7}{100 * row['accuracy']:>9.1f}%{mark:>9}")
+    return "\n".join(lines)
+
+
 def format_table(report: dict) -> str:
     def f(v, pct=True):
         return "—" if v is None else (f"{100 * v:6.1f}%" if pct else f"{v:7.1f}")
 
+    if "detect" not in report:
+        return format_qa_table(report["qa"])
     d, p = report["detect"], report["point"]
     lines = [
         f"{'metric':<28}{'detect':>10}{'point':>10}",
@@ -392,6 +501,8 @@ def format_table(report: dict) -> str:
     lines.append("targets: " + ", ".join(
         f"{k} {'—' if t['value'] is None else round(t['value'], 3)} {'✓' if t['met'] else '✗'} (target {t['target']})"
         for k, t in report["targets"].items()))
+    if "qa" in report:
+        lines.append(format_qa_table(report["qa"]))
     return "\n".join(lines)
 
 
@@ -405,10 +516,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--latency-runs", type=int, default=30, help="detect requests timed with a max_batch=1 engine (0: skip)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads for the latency measurement")
+    ap.add_argument("--qa", type=int, default=0, metavar="N",
+                    help="also ask every question kind and caption on N held-out own-generator scenes (0: skip)")
+    ap.add_argument("--qa-only", action="store_true", help="only the questions and captions (no detect/point, no latency)")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                    help="where the evaluated engine runs (the latency measurement always uses the CPU)")
     ap.add_argument("--json", default=None, help="also write the report here as JSON (default: print only)")
     a = ap.parse_args(argv)
+    if a.qa_only and a.qa <= 0:
+        ap.error("--qa-only needs --qa N (the number of scenes to ask about)")
     report = evaluate(a.weights, n=a.n, seed=a.seed, max_batch=a.max_batch, latency_runs=a.latency_runs, threads=a.threads,
-                      generator=a.generator)
+                      generator=a.generator, qa=a.qa, objects=not a.qa_only, device=a.device)
     print(format_table(report))
     if not a.json:
         return 0

@@ -559,13 +559,18 @@ def make_query(rng: np.random.Generator, scene: Scene, *, empty_rate: float = 0.
 _PLURAL = {"cross": "crosses"}
 
 
+def plural(word: str) -> str:
+    """The plural of a vocabulary word as users type it ("circle" → "circles", "cross" → "crosses")."""
+    return _PLURAL.get(word, word + "s")
+
+
 def vary_wording(rng: np.random.Generator, text: str) -> str:
     """Another way a user may type a query: random case, a plural, a leading article or
     quantifier, extra spaces, a trailing full stop. `engine.serving.skills.normalize_query`
     maps every variant back to `text`."""
     words = text.split()
     if rng.random() < 0.3:
-        words[-1] = _PLURAL.get(words[-1], words[-1] + "s")
+        words[-1] = plural(words[-1])
     if rng.random() < 0.25:
         words.insert(0, ("the", "a", "all", "all the", "any")[int(rng.integers(5))])
     case = rng.random()

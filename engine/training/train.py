@@ -14,6 +14,9 @@ What one example is (Moondream 2 §6, §7, §11, §12, exactly the layout the en
     prompt ids          `skills.prompt_ids(detect|point, query text)`; the skill is drawn 50/50
     per target object   (Query.matches, reading order)
         detect: coord(x) coord(y) size(w, h)     point: coord(x) coord(y)
+With `qa_frac` > 0 that share of the sequences are instead a question or a caption request about
+the image (engine.training.qa): the prompt ids the engine builds for it (`skills.query_prompt_ids`
+/ `caption_prompt_ids`), then the canonical answer's ids; lm targets are the answer tokens and EOS.
 
 Losses, all on the raw (pre post_ln) hidden state of a position:
     lm     at the last prompt position and after each object's final slot: cross-entropy of
@@ -104,6 +107,7 @@ from engine.training.scenes import (ALL_QUERIES, COLOURS, OWN_SCENES, SCENE_VOCA
                                     make_scene, vary_wording)
 from engine.serving.skills import normalize_query, prompt_ids
 from engine.model.text import rope_tables
+from engine.training.qa import make_qa, qa_ids
 from engine.training.vocab import build_tokenizer
 
 PROCESS_START = time.monotonic()
@@ -135,6 +139,7 @@ RECIPE: dict[str, Any] = {
     "feature_std": 10.0,     # Fourier feature matrices (coord_features, size_features)
     "scene": OWN_SCENES,     # make_scene arguments: up to 25 objects, distractors, crowds, photo effects
     "empty_rate": 0.2,       # share of queries that match nothing
+    "qa_frac": 0.0,          # share of sequences that are questions / captions (engine.training.qa); 0: none
     "minutes": None,         # wall-time budget (None: until `steps`)
     "calibrate_s": 30.0,
     "heldout": 150,          # after training: greedy detect + point (engine.model.reference) on this many
@@ -158,20 +163,43 @@ def prompt_table(config: MoondreamConfig, tokenizer) -> dict[tuple[str, str], li
     return {(skill, q): prompt_ids(config.tokens, encode, skill, q) for skill in ("detect", "point") for q in ALL_QUERIES}
 
 
-def query_sequence(prompt: list[int], skill: str, matches, config: MoondreamConfig) -> dict[str, np.ndarray]:
-    """Token/slot inputs and targets of one query's tail (the positions after the image prefix)."""
-    tok_cfg, bins, sbins = config.tokens, config.region.coord_bins, config.region.size_bins
-    per = 3 if skill == "detect" else 2
-    lp, k = len(prompt), len(matches)
-    n = lp + per * k
-    seq = {
+def blank_sequence(n: int) -> dict[str, np.ndarray]:
+    """The arrays of one tail of n positions, every target ignored (see `make_batch`)."""
+    return {
         "tok": np.zeros(n, np.int64), "kind": np.zeros(n, np.int8),
         "cval": np.zeros(n, np.float32), "sval": np.zeros((n, 2), np.float32),
         "lm_tgt": np.full(n, IGNORE, np.int64), "c_tgt": np.full(n, IGNORE, np.int64),
         "s_tgt": np.full((n, 2), IGNORE, np.int64),
         "g_box": np.full((n, 4), np.nan, np.float32),   # box of the object a position must find
         "c_axis": np.zeros(n, np.int8),                  # 1 where the coordinate target is a y
+        "qa": np.zeros(n, np.int8),                      # 1 where the LM target is a text answer's token / EOS
     }
+
+
+def qa_sequence(qa, config: MoondreamConfig, encode) -> dict[str, np.ndarray]:
+    """A query's or caption's tail: the engine's prompt ids, then the canonical answer's ids;
+    the LM learns the answer tokens and EOS (targets at the last prompt position onwards)."""
+    prompt, answer = qa_ids(qa, config.tokens, encode)
+    lp, n = len(prompt), len(prompt) + len(answer)
+    if config.prefix_len + n + 1 > config.text.max_context:
+        raise ValueError(f"a {qa.kind} sequence of {n} tokens does not fit the context of {config.text.max_context} "
+                         f"after the {config.prefix_len}-position image prefix")
+    seq = blank_sequence(n)
+    seq["tok"][:lp] = prompt
+    seq["tok"][lp:] = answer
+    seq["lm_tgt"][lp - 1:n - 1] = answer
+    seq["lm_tgt"][n - 1] = config.tokens.eos_id
+    seq["qa"][lp - 1:] = 1
+    return seq
+
+
+def query_sequence(prompt: list[int], skill: str, matches, config: MoondreamConfig) -> dict[str, np.ndarray]:
+    """Token/slot inputs and targets of one query's tail (the positions after the image prefix)."""
+    tok_cfg, bins, sbins = config.tokens, config.region.coord_bins, config.region.size_bins
+    per = 3 if skill == "detect" else 2
+    lp, k = len(prompt), len(matches)
+    n = lp + per * k
+    seq = blank_sequence(n)
     seq["tok"][:lp] = prompt
     if k:
         if skill == "detect":
@@ -203,8 +231,13 @@ def query_sequence(prompt: list[int], skill: str, matches, config: MoondreamConf
 
 
 def make_batch(config: MoondreamConfig, prompts: dict, seed: int, index: int, *, batch: int, queries: int,
-               point_frac: float = 0.5, scene_kw: dict | None = None, empty_rate: float = 0.15) -> dict[str, np.ndarray]:
+               point_frac: float = 0.5, scene_kw: dict | None = None, empty_rate: float = 0.15,
+               qa_frac: float = 0.0, tokenizer=None) -> dict[str, np.ndarray]:
     """Batch `index` of the stream `seed`: `batch` scenes, `queries` sequences each, collated.
+
+    With `qa_frac` > 0 each sequence is, with that probability, a question or caption about the
+    image (`engine.training.qa.make_qa`, encoded with `tokenizer`) instead of a point/detect query;
+    qa_frac 0 draws no extra random numbers, so the stream is the same as without QA.
 
     Returns numpy arrays: crops uint8 [C, S, S, 3] (all images' crops, global first per image),
     n_crops [B], tiling [B, 2], img [N] (image of each sequence), and [N, T] padded sequence arrays
@@ -222,6 +255,10 @@ def make_batch(config: MoondreamConfig, prompts: dict, seed: int, index: int, *,
         cells.append(cell_labels(scene, config.vision.grid))
         seen = set()
         for _ in range(queries):
+            if qa_frac and rng.random() < qa_frac:
+                seqs.append(qa_sequence(make_qa(rng, scene), config, lambda s: tokenizer.encode(s).ids))
+                img.append(b)
+                continue
             for _attempt in range(4):   # prefer distinct (skill, text) pairs within an image
                 query = make_query(rng, scene, empty_rate=empty_rate)
                 skill = "point" if rng.random() < point_frac else "detect"
@@ -242,7 +279,7 @@ def make_batch(config: MoondreamConfig, prompts: dict, seed: int, index: int, *,
         "cell_colour": np.stack([c[0] for c in cells]), "cell_shape": np.stack([c[1] for c in cells]),
     }
     for key, fill in (("tok", 0), ("kind", SLOT_TEXT), ("cval", 0), ("sval", 0), ("lm_tgt", IGNORE),
-                      ("c_tgt", IGNORE), ("s_tgt", IGNORE), ("g_box", np.nan), ("c_axis", 0)):
+                      ("c_tgt", IGNORE), ("s_tgt", IGNORE), ("g_box", np.nan), ("c_axis", 0), ("qa", 0)):
         first = seqs[0][key]
         arr = np.full((len(seqs), t) + first.shape[1:], fill, first.dtype)
         for i, s in enumerate(seqs):
@@ -252,6 +289,7 @@ def make_batch(config: MoondreamConfig, prompts: dict, seed: int, index: int, *,
     # Target positions as flat indices into [N*T] (no boolean masking, hence no device sync).
     out["lm_idx"] = np.flatnonzero(out["lm_tgt"] != IGNORE)
     out["lm_y"] = out["lm_tgt"].reshape(-1)[out["lm_idx"]]
+    out["lm_qa"] = out.pop("qa").reshape(-1)[out["lm_idx"]] == 1
     out["c_idx"] = np.flatnonzero(out["c_tgt"] != IGNORE)
     out["c_y"] = out["c_tgt"].reshape(-1)[out["c_idx"]]
     out["c_is_y"] = out.pop("c_axis").reshape(-1)[out["c_idx"]] == 1
@@ -526,10 +564,15 @@ def compute_losses(model: MoondreamModel, batch: dict[str, torch.Tensor], meta: 
 
     lm_logits = model.text.logits(hidden[batch["lm_idx"]]).float()
     lm = F.cross_entropy(lm_logits, batch["lm_y"])
+    right = (lm_logits.detach().argmax(-1) == batch["lm_y"]).float()
+    qa = batch["lm_qa"].float()
     c_logits = model.region.coord_logits(hidden[batch["c_idx"]])
-    coord = soft_bin_ce(c_logits, batch["c_y"], coord_sigma)
-    out = {"lm_acc": (lm_logits.detach().argmax(-1) == batch["lm_y"]).float().mean(),
-           "coord_err": (c_logits.detach().argmax(-1) - batch["c_y"]).abs().float().mean() / model.config.region.coord_bins}
+    has_coord = batch["c_idx"].shape[0] > 0    # (a batch of only questions and empty queries has none)
+    coord = soft_bin_ce(c_logits, batch["c_y"], coord_sigma) if has_coord else hidden.sum() * 0.0
+    out = {"lm_acc": (right * (1 - qa)).sum() / (1 - qa).sum().clamp(min=1),
+           "qa_acc": (right * qa).sum() / qa.sum().clamp(min=1),
+           "coord_err": (c_logits.detach().argmax(-1) - batch["c_y"]).abs().float().sum()
+           / max(1, batch["c_y"].shape[0]) / model.config.region.coord_bins}
     if meta["n_sizes"]:
         s_logits = model.region.size_logits(hidden[batch["s_idx"]])          # [M, 2, bins]
         size = soft_bin_ce(s_logits.flatten(0, 1), batch["s_y"].flatten(), size_sigma)
@@ -539,7 +582,7 @@ def compute_losses(model: MoondreamModel, batch: dict[str, torch.Tensor], meta: 
         out["size_err"] = size.detach()
     ground = grounding_loss(att, batch["g_box"], model.config.vision.grid) if att is not None else hidden.sum() * 0.0
     probe = hidden.sum() * 0.0
-    if probes is not None:
+    if probes is not None and has_coord:
         hc = hidden[batch["c_idx"]].float()
         pred = torch.where(batch["c_is_y"], probes.y(hc)[:, 0], probes.x(hc)[:, 0])
         probe = F.mse_loss(pred, batch["c_y"].float() / model.config.region.coord_bins)
@@ -696,7 +739,7 @@ class Result:
     history: list[dict]
 
 
-DEVICE_KEYS = ("crops", "img", "tok", "kind", "cval", "sval", "lm_idx", "lm_y", "c_idx", "c_y", "c_is_y", "s_idx", "s_y",
+DEVICE_KEYS = ("crops", "img", "tok", "kind", "cval", "sval", "lm_idx", "lm_y", "lm_qa", "c_idx", "c_y", "c_is_y", "s_idx", "s_y",
                "g_idx", "g_box", "cell_colour", "cell_shape", "glob_idx", "local_idx", "inverse")
 
 
@@ -784,7 +827,8 @@ def _train(out: str | Path, dev: torch.device, *, preset: str | None = None, con
     autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast("cpu", enabled=False)
 
     data_kw = dict(batch=recipe["batch"], queries=recipe["queries"], point_frac=recipe["point_frac"],
-                   scene_kw=recipe["scene"], empty_rate=recipe["empty_rate"])
+                   scene_kw=recipe["scene"], empty_rate=recipe["empty_rate"], qa_frac=recipe["qa_frac"],
+                   tokenizer=tokenizer if recipe["qa_frac"] else None)
     stream = batch_stream(config, prompts, seed, start=0, workers=workers, pin=dev.type == "cuda", fixed=fixed_batch, **data_kw)
     timer = {"wait": 0.0}
 
@@ -809,7 +853,7 @@ def _train(out: str | Path, dev: torch.device, *, preset: str | None = None, con
                             "recipe": {k: v for k, v in recipe.items()}, "init": init}) + "\n")
 
     history: list[dict] = []
-    sums = {k: torch.zeros((), device=dev) for k in ("loss", "lm", "coord", "size", "ground", "probe", "cells", "lm_acc", "coord_err", "size_err")}
+    sums = {k: torch.zeros((), device=dev) for k in ("loss", "lm", "coord", "size", "ground", "probe", "cells", "lm_acc", "qa_acc", "coord_err", "size_err")}
     n_sum = 0
     first_loss = last_loss = None
     wait = wait_window = 0.0
@@ -838,7 +882,9 @@ def _train(out: str | Path, dev: torch.device, *, preset: str | None = None, con
         last_loss = vals["loss"]
         say(f"step {step:6d}/{total}  loss {vals['loss']:.3f} (lm {vals['lm']:.3f} coord {vals['coord']:.3f} "
             f"size {vals['size']:.3f} ground {vals['ground']:.3f} probe {vals['probe']:.4f} cells {vals['cells']:.3f})  "
-            f"stop/go acc {100 * vals['lm_acc']:.1f}%  xy err {100 * vals['coord_err']:.2f}%  "
+            f"stop/go acc {100 * vals['lm_acc']:.1f}%  "
+            + (f"answer token acc {100 * vals['qa_acc']:.1f}%  " if recipe["qa_frac"] else "")
+            + f"xy err {100 * vals['coord_err']:.2f}%  "
             f"wh err {vals['size_err']:.3f} oct  lr {lr:.2e}  {rec['images_per_s']:.0f} img/s "
             f"({rec['new_images_per_s']:.0f} new) {rec['seqs_per_s']:.0f} seq/s  "
             f"data wait {100 * rec['data_wait']:.0f}%  t={rec['elapsed_s']:.0f}s")
@@ -996,6 +1042,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when available")
     p.add_argument("--workers", type=int, help="data worker processes (default: min(14, cores - 2) on cuda, 0 on cpu)")
     p.add_argument("--init", help="start from this checkpoint directory instead of random weights")
+    p.add_argument("--qa-frac", dest="qa_frac", type=float,
+                   help=f"share of sequences that are questions / captions (0-1); default {RECIPE['qa_frac']}")
     p.add_argument("--fixed-batch", action="store_true", help="train on batch 0 every step (overfitting check)")
     p.add_argument("--coord-sigma", dest="coord_sigma", type=float, nargs=2, metavar=("FROM", "TO"),
                    help=f"coordinate label smoothing σ in bins, first → settled; default {RECIPE['coord_sigma']} "
@@ -1004,7 +1052,7 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"size label smoothing σ in bins; default {RECIPE['size_sigma']}")
     a = p.parse_args(argv)
     overrides = {k: getattr(a, k) for k in ("steps", "batch", "queries", "reuse", "lr", "warmup", "seed", "minutes",
-                                            "save_every", "log_every", "heldout", "coord_sigma", "size_sigma")}
+                                            "save_every", "log_every", "heldout", "coord_sigma", "size_sigma", "qa_frac")}
     if overrides["minutes"] == 0:
         overrides["minutes"] = None
     train(a.out, preset=a.preset, device=a.device, workers=a.workers, init=a.init, fixed_batch=a.fixed_batch, **overrides)
