@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import cProfile
 import hashlib
 import io
 import json
 import multiprocessing
+import pstats
 import statistics
 import threading
 import time
@@ -161,12 +163,14 @@ class Probe:
         return (self.units - start) / seconds
 
 
-def end_to_end(bodies: list[bytes], conc: int, http: str, loop: str, port: int) -> dict[str, float]:
+def end_to_end(bodies: list[bytes], conc: int, http: str, loop: str, port: int,
+               profile: cProfile.Profile | None = None) -> dict[str, float]:
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(build_app(NullEngine()), host="127.0.0.1", port=port, http=http, loop=loop,
                                            log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
+    run = server.run if profile is None else (lambda: profile.runcall(server.run))  # the event loop's thread
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     while not server.started:
         time.sleep(0.05)
@@ -207,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--loop", default="auto", choices=["auto", "asyncio", "uvloop"], help="uvicorn's event loop")
     p.add_argument("--port", type=int, default=2091)
     p.add_argument("--repeats", type=int, default=30, help="repeats per stage (default 30)")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="print the N functions of the event loop's thread with the most own time, per mode")
     args = p.parse_args(argv)
     width, height = parse_size(args.size)
     body = request_body(noise_jpeg(width, height, 0))
@@ -221,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
             bodies = [body] * args.requests
         else:
             bodies = [request_body(noise_jpeg(width, height, 1 + i)) for i in range(args.requests)]
-        row = end_to_end(bodies, args.conc, args.http, args.loop, args.port)
+        profile = cProfile.Profile() if args.profile else None
+        row = end_to_end(bodies, args.conc, args.http, args.loop, args.port, profile)
         print(f"  {mode:<8}{row['req/s']:8.1f}{row['server CPU ms/req']:20.2f}{row['probe kept']:12.2f}", flush=True)
+        if profile is not None:
+            pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile)
     return 0
