@@ -400,9 +400,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-body-mb", type=float, default=32.0, metavar="MB", help="largest request body (default 32)")
     p.add_argument("--image-cache", type=int, default=64, metavar="N",
                    help="distinct images kept decoded, so a repeated image skips its decode (default 64; 0: none)")
-    p.add_argument("--switch-interval", type=float, default=None, metavar="MS",
-                   help="the GIL switch interval in ms (Python's default: 5): how long a waiting server thread "
-                        "may wait for the engine thread to hand over the interpreter")
     p.add_argument("--no-repeat-guard", dest="repeat_guard", action="store_false",
                    help="keep near-duplicate objects (benchmarks on random weights: engine.loadbench --url)")
     ray = p.add_argument_group("scale-out with Ray Serve (pip install -e .[ray])")
@@ -416,8 +413,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--replicas must be at least 1, got {args.replicas}")
     if not 0 < args.port < 65536:
         p.error(f"--port must be between 1 and 65535, got {args.port}")
-    if args.switch_interval is not None and not 0.01 <= args.switch_interval <= 100:
-        p.error(f"--switch-interval must be between 0.01 and 100 ms, got {args.switch_interval:g}")
     if args.image_cache < 0:
         p.error(f"--image-cache must be 0 or more, got {args.image_cache}")
     for name in ("max_batch", "max_queue"):
@@ -456,8 +451,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot load the model: {one_line(e)}", file=sys.stderr)
         return 2
     print(startup_line(engine), file=sys.stderr, flush=True)
-    if args.switch_interval is not None:
-        sys.setswitchinterval(args.switch_interval / 1000.0)
     for fast, slow in (("httptools", "pure-Python HTTP parsing"), ("uvloop", "the asyncio event loop")):
         if importlib.util.find_spec(fast) is None:
             print(f"warning: {fast} is not installed: uvicorn falls back to {slow} (slower); pip install {fast}",

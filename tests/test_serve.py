@@ -187,9 +187,7 @@ def test_health_and_metrics(served, scene):
 
 def test_arguments_are_checked(capsys):
     assert parse_args([]).host == "127.0.0.1" and parse_args([]).port == 2020
-    assert parse_args(["--switch-interval", "0.5", "--image-cache", "0"]).switch_interval == 0.5
-    for bad in (["--port", "0"], ["--timeout", "-1"], ["--max-queue", "0"], ["--switch-interval", "0"],
-                ["--image-cache", "-1"]):
+    for bad in (["--port", "0"], ["--timeout", "-1"], ["--max-queue", "0"]):
         with pytest.raises(SystemExit):
             parse_args(bad)
         assert "error:" in capsys.readouterr().err
