@@ -2,6 +2,7 @@
 
     python -m app.serve [--host 127.0.0.1] [--port 2020] [--weights DIR|ID] [--device auto] [--dtype auto]
                         [--api-key KEY] [--max-batch 16] [--max-queue 256] [--timeout 300] [--max-body-mb 32]
+                        [--image-cache-mb 256]
                         [--ray [--replicas N] [--gpus-per-replica G] [--address ADDR]]
 
 Existing code written for the official `moondream` client runs unchanged against it:
@@ -83,7 +84,7 @@ class ServeLimits:
     max_body_bytes: int = 32 << 20   # base64 images are 4/3 of the file
     timeout: float = 300.0           # seconds per request, enforced by the engine
     retry_after: int = 1             # seconds, with 429
-    image_cache: int = 64            # distinct images kept decoded (a repeated image skips its decode)
+    image_cache_bytes: int = 256 << 20  # decoded pixels kept (a repeated image skips its decode)
 
 
 class Metrics:
@@ -171,7 +172,7 @@ class MoondreamAPI:
         self.engine, self.limits = engine, limits
         self.api_key = api_key.encode() if api_key else None
         self.metrics = Metrics(engine)
-        self.images = ImageCache(limits.image_cache)
+        self.images = ImageCache(limits.image_cache_bytes)
 
     # ---- plumbing -----------------------------------------------------------------------
     def check_key(self, request: Request) -> None:
@@ -398,8 +399,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-queue", type=int, default=256, help="waiting requests before HTTP 429 (default 256)")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="deadline of one request")
     p.add_argument("--max-body-mb", type=float, default=32.0, metavar="MB", help="largest request body (default 32)")
-    p.add_argument("--image-cache", type=int, default=64, metavar="N",
-                   help="distinct images kept decoded, so a repeated image skips its decode (default 64; 0: none)")
+    p.add_argument("--image-cache-mb", type=float, default=256.0, metavar="MB",
+                   help="decoded images kept, so a repeated image skips its decode (default 256 MB; 0: none)")
     p.add_argument("--no-repeat-guard", dest="repeat_guard", action="store_false",
                    help="keep near-duplicate objects (benchmarks on random weights: engine.loadbench --url)")
     ray = p.add_argument_group("scale-out with Ray Serve (pip install -e .[ray])")
@@ -413,8 +414,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--replicas must be at least 1, got {args.replicas}")
     if not 0 < args.port < 65536:
         p.error(f"--port must be between 1 and 65535, got {args.port}")
-    if args.image_cache < 0:
-        p.error(f"--image-cache must be 0 or more, got {args.image_cache}")
+    if not 0 <= args.image_cache_mb <= 1 << 20:
+        p.error(f"--image-cache-mb must be between 0 and 1048576, got {args.image_cache_mb:g}")
     for name in ("max_batch", "max_queue"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -436,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     api_key = args.api_key or os.environ.get("MDPIPE_API_KEY") or None
     limits = ServeLimits(max_body_bytes=int(args.max_body_mb * (1 << 20)), timeout=args.timeout,
-                         image_cache=args.image_cache)
+                         image_cache_bytes=int(args.image_cache_mb * (1 << 20)))
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: serving on {args.host}: reachable from the network"
               + ("" if api_key else "; pass --api-key to require a key"), file=sys.stderr)

@@ -15,6 +15,8 @@ import hashlib
 import threading
 from collections import OrderedDict
 
+import numpy as np
+
 from engine import DecodedImage, prepare_image
 
 try:
@@ -45,12 +47,23 @@ def decode_payload(payload: str) -> bytes:
         raise BadImageURL("image_url holds invalid base64 data; encode the image file with base64") from None
 
 
-class ImageCache:
-    """LRU of the last `capacity` distinct images (0: decode every time), any thread."""
+def pixel_bytes(image: DecodedImage) -> int:
+    """Memory of an image's RGB pixels (a PIL image or an HxWx3 uint8 array)."""
+    if isinstance(image.pixels, np.ndarray):
+        return image.pixels.nbytes
+    width, height = image.pixels.size
+    return width * height * 3
 
-    def __init__(self, capacity: int = 64) -> None:
-        self.capacity = capacity
+
+class ImageCache:
+    """LRU of recent distinct images holding at most `max_bytes` of RGB pixels (0: decode every
+    time; an image larger than the whole budget is not kept), any thread."""
+
+    def __init__(self, max_bytes: int = 256 << 20) -> None:
+        self.max_bytes = max_bytes
         self.entries: OrderedDict[bytes, DecodedImage] = OrderedDict()
+        self.sizes: dict[bytes, int] = {}
+        self.held = 0  # bytes of pixels in `entries`
         self.lock = threading.Lock()
         self.hits = self.misses = 0
 
@@ -66,9 +79,13 @@ class ImageCache:
                 return image
             self.misses += 1
         image = prepare_image(decode_payload(payload))
-        if self.capacity > 0:
+        size = pixel_bytes(image)
+        if size <= self.max_bytes:
             with self.lock:
-                self.entries[digest] = image
-                while len(self.entries) > self.capacity:
-                    self.entries.popitem(last=False)
+                if digest not in self.entries:
+                    self.entries[digest], self.sizes[digest] = image, size
+                    self.held += size
+                while self.held > self.max_bytes:
+                    old, _ = self.entries.popitem(last=False)
+                    self.held -= self.sizes.pop(old)
         return image

@@ -26,8 +26,11 @@ def data_url(data: bytes, kind: str = "jpeg") -> str:
     return f"data:image/{kind};base64," + base64.b64encode(data).decode()
 
 
+PIXELS = 40 * 60 * 3  # bytes of one test image's pixels
+
+
 def test_same_url_decodes_once_and_keys_as_the_engine_does():
-    cache = ImageCache(capacity=4)
+    cache = ImageCache(max_bytes=4 * PIXELS)
     jpeg = encoded(1)
     first = cache.get(data_url(jpeg))
     again = cache.get(data_url(jpeg))
@@ -39,7 +42,7 @@ def test_same_url_decodes_once_and_keys_as_the_engine_does():
 
 @pytest.mark.parametrize("fmt,kind", [("PNG", "png"), ("JPEG", "jpeg")])
 def test_new_urls_miss_and_the_oldest_is_evicted(fmt, kind):
-    cache = ImageCache(capacity=2)
+    cache = ImageCache(max_bytes=2 * PIXELS)
     urls = [data_url(encoded(seed, fmt), kind) for seed in range(3)]
     images = [cache.get(url) for url in urls]
     assert len({image.key for image in images}) == 3 and cache.misses == 3
@@ -47,12 +50,14 @@ def test_new_urls_miss_and_the_oldest_is_evicted(fmt, kind):
     assert cache.get(urls[0]) is not images[0]       # evicted, decoded again
     assert cache.get(urls[0]).key == images[0].key
     assert (cache.hits, cache.misses) == (2, 4)
+    assert cache.held == 2 * PIXELS and len(cache.entries) == 2
 
 
-def test_capacity_zero_keeps_nothing():
-    cache = ImageCache(capacity=0)
+@pytest.mark.parametrize("budget", [0, PIXELS - 1])
+def test_an_image_over_the_budget_is_not_kept(budget):
+    cache = ImageCache(max_bytes=budget)
     url = data_url(encoded(2))
-    assert cache.get(url) is not cache.get(url) and cache.misses == 2
+    assert cache.get(url) is not cache.get(url) and cache.misses == 2 and cache.held == 0
 
 
 @pytest.mark.parametrize("url,words", [
