@@ -2,6 +2,7 @@
 
     python -m app.serve [--host 127.0.0.1] [--port 2020] [--weights DIR|ID] [--device auto] [--dtype auto]
                         [--api-key KEY] [--max-batch 16] [--max-queue 256] [--timeout 300] [--max-body-mb 32]
+                        [--image-cache-mb 256]
                         [--ray [--replicas N] [--gpus-per-replica G] [--address ADDR]]
 
 Existing code written for the official `moondream` client runs unchanged against it:
@@ -27,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import binascii
 import hmac
 import json
 import logging
@@ -37,6 +36,7 @@ import time
 from contextlib import aclosing
 from dataclasses import dataclass
 
+import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -44,11 +44,31 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from app.serve_images import BadImageURL, ImageCache
 from engine.model.pretrained import add_model_arguments
 from engine import (DEFAULT_MAX_OBJECTS, Cancelled, Choices, DeadlineExceeded, Engine, EngineBusy, ImageError,
                     JsonSchema, Regex, RequestError)
 
 log = logging.getLogger("app.serve")
+
+
+class FastJSONResponse(JSONResponse):
+    """A JSONResponse encoded by orjson (the standard library's encoder for what orjson refuses)."""
+
+    def render(self, content) -> bytes:
+        return dumps(content)
+
+
+def dumps(content) -> bytes:
+    try:
+        return orjson.dumps(content)
+    except TypeError:  # e.g. an integer beyond 64 bits in a schema answer
+        return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def sse(content) -> str:
+    """One server-sent event carrying `content` as JSON."""
+    return f"data: {dumps(content).decode()}\n\n"
 
 
 class HTTPError(Exception):
@@ -64,6 +84,7 @@ class ServeLimits:
     max_body_bytes: int = 32 << 20   # base64 images are 4/3 of the file
     timeout: float = 300.0           # seconds per request, enforced by the engine
     retry_after: int = 1             # seconds, with 429
+    image_cache_bytes: int = 256 << 20  # decoded pixels kept (a repeated image skips its decode)
 
 
 class Metrics:
@@ -85,20 +106,6 @@ class Metrics:
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
-
-
-def decode_image_url(value: object) -> bytes:
-    """The bytes of a `data:image/...;base64,...` URL (the client's `image_url`)."""
-    if not isinstance(value, str) or not value:
-        raise HTTPError(400, "image_url is missing: send the image as a data URL (data:image/jpeg;base64,...)")
-    header, sep, payload = value.partition(",")
-    if not sep or not header.startswith("data:") or ";base64" not in header:
-        raise HTTPError(400, "image_url must be a base64 data URL (data:image/jpeg;base64,...); "
-                             "remote URLs are not fetched")
-    try:
-        return base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
-        raise HTTPError(400, "image_url holds invalid base64 data; encode the image file with base64") from None
 
 
 def settings_of(body: dict) -> dict:
@@ -165,6 +172,7 @@ class MoondreamAPI:
         self.engine, self.limits = engine, limits
         self.api_key = api_key.encode() if api_key else None
         self.metrics = Metrics(engine)
+        self.images = ImageCache(limits.image_cache_bytes)
 
     # ---- plumbing -----------------------------------------------------------------------
     def check_key(self, request: Request) -> None:
@@ -187,8 +195,8 @@ class MoondreamAPI:
             if len(body) > self.limits.max_body_bytes:
                 raise HTTPError(413, self.too_large())
         try:
-            data = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
             raise HTTPError(400, "the request body is not valid JSON") from None
         if not isinstance(data, dict):
             raise HTTPError(400, "the request body must be a JSON object")
@@ -198,17 +206,22 @@ class MoondreamAPI:
         return (f"the request is larger than {self.limits.max_body_bytes / (1 << 20):g} MiB; "
                 "send a smaller image (the server's --max-body-mb sets the limit)")
 
-    async def submit(self, image: bytes, skill: str, obj: object, **options):
-        """Queue a request; image decoding and grammar compilation run off the event loop."""
+    async def submit(self, image_url: object, skill: str, obj: object, **options):
+        """Queue a request; image decoding (once per distinct image: `ImageCache`) and grammar
+        compilation run off the event loop, in one worker-thread hop."""
         try:
-            return await asyncio.to_thread(self.engine.submit, image, skill, obj, timeout=self.limits.timeout,
-                                           **options)
+            return await asyncio.to_thread(self.submit_now, image_url, skill, obj, **options)
+        except BadImageURL as e:
+            raise HTTPError(400, str(e)) from None
         except ImageError as e:
             raise HTTPError(400, one_line(e)) from None
         except RequestError as e:
             raise HTTPError(400, one_line(e)) from None
         except EngineBusy as e:
             raise HTTPError(429, one_line(e), {"Retry-After": str(self.limits.retry_after)}) from None
+
+    def submit_now(self, image_url: object, skill: str, obj: object, **options):
+        return self.engine.submit(self.images.get(image_url), skill, obj, timeout=self.limits.timeout, **options)
 
     async def result(self, request: Request, handle) -> dict:
         """The request's result, or its cancellation when the client goes away first."""
@@ -244,10 +257,10 @@ class MoondreamAPI:
                 self.check_key(request)
                 response = await handler(request)
             except HTTPError as e:
-                response = JSONResponse({"error": e.message}, status_code=e.status, headers=e.headers)
+                response = FastJSONResponse({"error": e.message}, status_code=e.status, headers=e.headers)
             except Exception as e:  # an engine failure: one line for the client, the traceback in the log
                 log.exception("%s failed", name)
-                response = JSONResponse({"error": f"the request failed ({type(e).__name__}: {one_line(e)[:200]})"},
+                response = FastJSONResponse({"error": f"the request failed ({type(e).__name__}: {one_line(e)[:200]})"},
                                         status_code=500)
             self.metrics.requests.labels(name, str(response.status_code)).inc()
             self.metrics.latency.labels(name).observe(time.perf_counter() - start)
@@ -257,11 +270,11 @@ class MoondreamAPI:
     # ---- skills -------------------------------------------------------------------------
     async def spatial(self, request: Request, skill: str) -> Response:
         body = await self.read_json(request)
-        image = decode_image_url(body.get("image_url"))
+        image = body.get("image_url")
         max_objects = settings_of(body).get("max_objects", DEFAULT_MAX_OBJECTS)
         handle = await self.submit(image, skill, body.get("object"), max_objects=max_objects)
         result = await self.result(request, handle)
-        return JSONResponse(result)
+        return FastJSONResponse(result)
 
     async def detect(self, request: Request) -> Response:
         return await self.spatial(request, "detect")
@@ -273,7 +286,7 @@ class MoondreamAPI:
         """query / caption: the whole answer, or server-sent events `data: {"chunk": ...}` ending
         with `data: {"completed": true}` when the client asks to stream."""
         body = await self.read_json(request)
-        image = decode_image_url(body.get("image_url"))
+        image = body.get("image_url")
         settings = settings_of(body)
         options = {"max_tokens": settings.get("max_tokens")}
         if skill == "query":
@@ -284,21 +297,21 @@ class MoondreamAPI:
             obj, options["length"] = "", body.get("length", "normal")
         if not body.get("stream"):
             handle = await self.submit(image, skill, obj, **options)
-            return JSONResponse(await self.result(request, handle))
+            return FastJSONResponse(await self.result(request, handle))
         handle, chunks = await self.stream(image, skill, obj, **options)
 
         async def events():
             async with aclosing(chunks):  # closed with the response: a client gone mid-stream cancels
                 async for chunk in chunks:
-                    yield f"data: {json.dumps({'chunk': chunk})}\n\n"
+                    yield sse({"chunk": chunk})
             error = handle.future.exception()
             if error is not None:
-                yield f"data: {json.dumps({'error': one_line(error)})}\n\n"
-            yield f"data: {json.dumps({'completed': True})}\n\n"
+                yield sse({"error": one_line(error)})
+            yield sse({"completed": True})
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
-    async def stream(self, image: bytes, skill: str, obj: str, **options):
+    async def stream(self, image: object, skill: str, obj: str, **options):
         """Submit a text request whose chunks arrive as the engine commits them: (handle, async
         iterator of chunks). A consumer that stops early (the client went away) cancels the request."""
         loop, queue = asyncio.get_running_loop(), asyncio.Queue()
@@ -324,8 +337,7 @@ class MoondreamAPI:
         """OpenAI chat completions, one image and one question: the last user message's text is
         asked of its (or an earlier message's) image; the answer is the assistant message."""
         body = await self.read_json(request)
-        question, image_url = chat_question(body.get("messages"))
-        image = decode_image_url(image_url)
+        question, image = chat_question(body.get("messages"))
         options = {"max_tokens": body.get("max_completion_tokens") or body.get("max_tokens")}
         model = str(body.get("model") or "mdpipe")
         created, ident = int(time.time()), f"chatcmpl-{time.monotonic_ns():x}"
@@ -333,15 +345,14 @@ class MoondreamAPI:
             handle = await self.submit(image, "query", question, **options)
             answer = (await self.result(request, handle))["answer"]
             content = answer if isinstance(answer, str) else json.dumps(answer)
-            return JSONResponse({"id": ident, "object": "chat.completion", "created": created, "model": model,
+            return FastJSONResponse({"id": ident, "object": "chat.completion", "created": created, "model": model,
                                  "choices": [{"index": 0, "finish_reason": "stop",
                                               "message": {"role": "assistant", "content": content}}]})
         handle, chunks = await self.stream(image, "query", question, **options)
 
         def event(delta: dict, finish: str | None = None) -> str:
-            return "data: " + json.dumps({"id": ident, "object": "chat.completion.chunk", "created": created,
-                                          "model": model, "choices": [{"index": 0, "delta": delta,
-                                                                       "finish_reason": finish}]}) + "\n\n"
+            return sse({"id": ident, "object": "chat.completion.chunk", "created": created, "model": model,
+                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
         async def events():
             yield event({"role": "assistant"})
@@ -358,7 +369,7 @@ class MoondreamAPI:
 
     # ---- operations ---------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "queued": self.engine.queued(), "running": self.engine.pools()["running"]})
+        return FastJSONResponse({"status": "ok", "queued": self.engine.queued(), "running": self.engine.pools()["running"]})
 
     async def metrics_text(self, request: Request) -> Response:
         return Response(self.metrics.text(), media_type=CONTENT_TYPE_LATEST)
@@ -388,6 +399,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-queue", type=int, default=256, help="waiting requests before HTTP 429 (default 256)")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="deadline of one request")
     p.add_argument("--max-body-mb", type=float, default=32.0, metavar="MB", help="largest request body (default 32)")
+    p.add_argument("--image-cache-mb", type=float, default=256.0, metavar="MB",
+                   help="decoded images kept, so a repeated image skips its decode (default 256 MB; 0: none)")
     p.add_argument("--no-repeat-guard", dest="repeat_guard", action="store_false",
                    help="keep near-duplicate objects (benchmarks on random weights: engine.loadbench --url)")
     ray = p.add_argument_group("scale-out with Ray Serve (pip install -e .[ray])")
@@ -401,6 +414,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--replicas must be at least 1, got {args.replicas}")
     if not 0 < args.port < 65536:
         p.error(f"--port must be between 1 and 65535, got {args.port}")
+    if not 0 <= args.image_cache_mb <= 1 << 20:
+        p.error(f"--image-cache-mb must be between 0 and 1048576, got {args.image_cache_mb:g}")
     for name in ("max_batch", "max_queue"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -412,6 +427,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import importlib.util
     import os
 
     import uvicorn
@@ -420,7 +436,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     api_key = args.api_key or os.environ.get("MDPIPE_API_KEY") or None
-    limits = ServeLimits(max_body_bytes=int(args.max_body_mb * (1 << 20)), timeout=args.timeout)
+    limits = ServeLimits(max_body_bytes=int(args.max_body_mb * (1 << 20)), timeout=args.timeout,
+                         image_cache_bytes=int(args.image_cache_mb * (1 << 20)))
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: serving on {args.host}: reachable from the network"
               + ("" if api_key else "; pass --api-key to require a key"), file=sys.stderr)
@@ -435,6 +452,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot load the model: {one_line(e)}", file=sys.stderr)
         return 2
     print(startup_line(engine), file=sys.stderr, flush=True)
+    for fast, slow in (("httptools", "pure-Python HTTP parsing"), ("uvloop", "the asyncio event loop")):
+        if importlib.util.find_spec(fast) is None:
+            print(f"warning: {fast} is not installed: uvicorn falls back to {slow} (slower); pip install {fast}",
+                  file=sys.stderr)
     engine.start()
     try:
         uvicorn.run(build_app(engine, api_key=api_key, limits=limits), host=args.host, port=args.port,

@@ -30,6 +30,8 @@ _EXPORTS = {
     "DeadlineExceeded": "engine.serving.errors",
     "ImageError": "engine.model.image",
     "load_image": "engine.model.image",
+    "DecodedImage": "engine.serving.crops",
+    "prepare_image": "engine.serving.crops",
     "CheckpointError": "engine.model.checkpoint",
     "DeviceError": "engine.model.device",
     "ModelInfo": "engine.model.pretrained",
@@ -73,6 +75,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
     from engine.model.pretrained import ModelInfo  # noqa: F401
     from engine.model.image import ImageError, load_image  # noqa: F401
     from engine.serving.config import EngineConfig  # noqa: F401
+    from engine.serving.crops import DecodedImage, prepare_image  # noqa: F401
     from engine.serving.engine import DEFAULT_WEIGHTS, Engine, RequestHandle  # noqa: F401
     from engine.serving.errors import Cancelled, DeadlineExceeded, EngineBusy, RequestError  # noqa: F401
     from engine.serving.answers import Choices, JsonSchema, Regex  # noqa: F401

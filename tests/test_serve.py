@@ -187,7 +187,8 @@ def test_health_and_metrics(served, scene):
 
 def test_arguments_are_checked(capsys):
     assert parse_args([]).host == "127.0.0.1" and parse_args([]).port == 2020
-    for bad in (["--port", "0"], ["--timeout", "-1"], ["--max-queue", "0"]):
+    assert parse_args(["--image-cache-mb", "0"]).image_cache_mb == 0
+    for bad in (["--port", "0"], ["--timeout", "-1"], ["--max-queue", "0"], ["--image-cache-mb", "-1"]):
         with pytest.raises(SystemExit):
             parse_args(bad)
         assert "error:" in capsys.readouterr().err

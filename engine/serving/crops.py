@@ -14,6 +14,7 @@ import hashlib
 import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -30,12 +31,28 @@ def pixel_key(pixels: bytes | memoryview, size: tuple[int, int]) -> str:
     return digest.hexdigest()
 
 
-def decode_image(source: ImageSource) -> tuple[str, Image.Image | np.ndarray]:
+@dataclass(frozen=True)
+class DecodedImage:
+    """An image decoded and keyed once (`prepare_image`): `Engine.submit` takes it as it is, so a
+    server that sees the same file again skips the decode and the pixel hash. Read-only."""
+
+    key: str                            # the prefix-cache key of `pixels` (pixel_key)
+    pixels: Image.Image | np.ndarray    # RGB
+
+
+def prepare_image(source: ImageSource) -> DecodedImage:
+    """Decode and key `source` now (in this thread), for one or many later `Engine.submit` calls."""
+    return DecodedImage(*decode_image(source))
+
+
+def decode_image(source: ImageSource | DecodedImage) -> tuple[str, Image.Image | np.ndarray]:
     """(prefix-cache key, pixels) of a request's image, in the caller's thread.
 
-    An RGB uint8 array is hashed as it is and copied (the caller may reuse it); anything else
+    A `DecodedImage` is used as it is. An RGB uint8 array is hashed as it is and copied (the caller may reuse it); anything else
     goes through `load_image` (decode, EXIF, RGB). Both give the same key for the same pixels.
     """
+    if isinstance(source, DecodedImage):
+        return source.key, source.pixels
     if (isinstance(source, np.ndarray) and source.dtype == np.uint8 and source.ndim == 3 and source.shape[2] == 3
             and 0 < source.shape[0] * source.shape[1] <= MAX_PIXELS):
         pixels = np.array(source, order="C")  # [H, W, 3]

@@ -175,6 +175,7 @@ class Engine:
         """Queue a request. Grammar compilation and image decoding and hashing run here, in the
         caller's thread; the crops are made on the crop threads, and only if the prefix is not cached.
 
+        `image` is anything `load_image` reads, or a `DecodedImage` (`prepare_image`: decoded and keyed once).
         `obj` is the object to find (point/detect) or the question (query); caption reads `length`.
         `answer` shapes a query's answer (`engine.serving.answers`); `max_tokens` caps a query's or
         caption's answer (default: DEFAULT_MAX_TOKENS or what the row holds, whichever is less).

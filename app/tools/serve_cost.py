@@ -1,0 +1,235 @@
+"""`python -m app.serve_cost`: the HTTP server's own CPU cost per request, on this machine.
+
+    python -m app.serve_cost [--size 640x480] [--requests 200] [--conc 8] [--modes unique,same]
+                             [--http auto|h11|httptools] [--loop auto|asyncio|uvloop]
+
+The engine's step loop runs in a thread of the server's process, so every millisecond of
+GIL-holding Python work the server does per request slows the engine too. Two parts:
+
+1. Stages, one thread, median ms per request on the scenario's request (a `--size` noise image
+   as a JPEG data URL, quality 95, as `engine.loadbench --url` sends it): JSON parse, base64
+   decode, payload hash, JPEG decode + pixel hash (`decode_image`), reply encoding.
+2. End to end: `app.serve`'s app under uvicorn (in a thread here) over `NullEngine` (the real
+   image decode and keying of `Engine.submit`, then an immediate 10-object answer: only the
+   server's and the image's cost remain), driven by `--conc` client threads in another process.
+   Printed per mode: req/s, server-process CPU ms per request, and how much of its idle speed a
+   pure-Python "engine loop" probe thread keeps meanwhile (1.00: the server costs the loop nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import cProfile
+import hashlib
+import io
+import json
+import multiprocessing
+import pstats
+import statistics
+import threading
+import time
+import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+from PIL import Image
+
+from app.serve import build_app
+from engine.serving.crops import decode_image
+
+OBJECT = "car"
+ANSWER = {"objects": [{"x_min": 0.1 * i, "y_min": 0.2, "x_max": 0.1 * i + 0.05, "y_max": 0.4, "score": 0.9}
+                      for i in range(10)]}
+
+
+def noise_jpeg(width: int, height: int, seed: int) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="JPEG", quality=95)
+    return buf.getvalue()
+
+
+def request_body(jpeg: bytes) -> bytes:
+    url = "data:image/jpeg;base64," + base64.b64encode(jpeg).decode()
+    return json.dumps({"image_url": url, "object": OBJECT, "settings": {"max_objects": 10}}).encode()
+
+
+class NullHandle:
+    def __init__(self, future: Future) -> None:
+        self.future = future
+
+    def cancel(self) -> None:
+        pass
+
+
+class NullEngine:
+    """What `Engine.submit` does to a request's image (decode, key), then an answer at once."""
+
+    decode_steps = 0
+
+    def submit(self, image, skill: str, obj: str = "", **options) -> NullHandle:
+        decode_image(image)
+        future: Future = Future()
+        future.set_result(ANSWER)
+        return NullHandle(future)
+
+    def queued(self) -> int:
+        return 0
+
+    def pools(self) -> dict:
+        return {"running": 0}
+
+
+def median_ms(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000.0 * statistics.median(times)
+
+
+def stage_costs(body: bytes, repeats: int) -> dict[str, float]:
+    from starlette.responses import JSONResponse
+
+    payload = json.loads(body)["image_url"].partition(",")[2]
+    raw = base64.b64decode(payload)
+    costs = {"json parse (json)": median_ms(lambda: json.loads(body), repeats)}
+    try:
+        import orjson
+        costs["json parse (orjson)"] = median_ms(lambda: orjson.loads(body), repeats)
+    except ImportError:
+        pass
+    costs["base64 decode (base64)"] = median_ms(lambda: base64.b64decode(payload, validate=True), repeats)
+    try:
+        import pybase64
+        costs["base64 decode (pybase64)"] = median_ms(lambda: pybase64.b64decode(payload, validate=True), repeats)
+    except ImportError:
+        pass
+    costs["payload hash (sha256)"] = median_ms(lambda: hashlib.sha256(payload.encode()).digest(), repeats)
+    costs["JPEG decode + pixel hash"] = median_ms(lambda: decode_image(raw), repeats)
+    costs["reply encoding"] = median_ms(lambda: JSONResponse(ANSWER), repeats)
+    return costs
+
+
+def client_process(url: str, bodies: list[bytes], conc: int, results) -> None:
+    """`conc` threads send `bodies` (each once, in order) as the loadbench's HTTP client does."""
+    work = iter(range(len(bodies)))
+    lock = threading.Lock()
+    failures: list[str] = []
+
+    def client() -> None:
+        while True:
+            with lock:
+                i = next(work, None)
+            if i is None:
+                return
+            req = urllib.request.Request(url, data=bodies[i], headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=120) as r:
+                    if len(json.loads(r.read())["objects"]) != 10:
+                        failures.append("wrong answer")
+            except Exception as e:  # noqa: BLE001 - reported to the parent
+                failures.append(f"{type(e).__name__}: {e}")
+
+    with ThreadPoolExecutor(conc) as pool:
+        for _ in range(conc):
+            pool.submit(client)
+    results.put(failures)
+
+
+class Probe:
+    """A pure-Python busy thread standing in for the engine's step loop: its rate of small work
+    units while the server runs, against its rate alone, is what the server leaves the loop."""
+
+    def __init__(self) -> None:
+        self.units = 0
+        self.cpu = 0.0  # this thread's CPU seconds, so far
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            total = 0
+            for i in range(2000):
+                total += i
+            self.units += 1
+            self.cpu = time.thread_time()
+
+    def rate(self, seconds: float) -> float:
+        start = self.units
+        time.sleep(seconds)
+        return (self.units - start) / seconds
+
+
+def end_to_end(bodies: list[bytes], conc: int, http: str, loop: str, port: int,
+               profile: cProfile.Profile | None = None) -> dict[str, float]:
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(build_app(NullEngine()), host="127.0.0.1", port=port, http=http, loop=loop,
+                                           log_level="warning"))
+    run = server.run if profile is None else (lambda: profile.runcall(server.run))  # the event loop's thread
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    probe = Probe()
+    probe.thread.start()
+    idle = probe.rate(1.0)
+    url = f"http://127.0.0.1:{port}/v1/detect"
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    worker = ctx.Process(target=client_process, args=(url, bodies, conc, results))
+    units, cpu, start = probe.units, time.process_time() - probe.cpu, time.perf_counter()
+    worker.start()
+    failures = results.get()
+    worker.join()
+    wall, cpu = time.perf_counter() - start, time.process_time() - probe.cpu - cpu
+    busy = (probe.units - units) / wall
+    probe.stop.set()
+    server.should_exit = True
+    thread.join()
+    if failures:
+        raise SystemExit(f"error: {len(failures)} requests failed, e.g. {failures[0]}")
+    n = len(bodies)
+    return {"req/s": n / wall, "server CPU ms/req": 1000.0 * cpu / n, "probe kept": busy / idle}
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    w, _, h = text.partition("x")
+    return int(w), int(h)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m app.serve_cost", description=__doc__.split("\n\n")[0])
+    p.add_argument("--size", default="640x480", help="image WIDTHxHEIGHT (default 640x480)")
+    p.add_argument("--requests", type=int, default=200, help="requests per end-to-end mode (default 200)")
+    p.add_argument("--conc", type=int, default=8, help="client threads (default 8)")
+    p.add_argument("--modes", default="unique,same", help="unique: a new image per request; same: one image")
+    p.add_argument("--http", default="auto", choices=["auto", "h11", "httptools"], help="uvicorn's HTTP parser")
+    p.add_argument("--loop", default="auto", choices=["auto", "asyncio", "uvloop"], help="uvicorn's event loop")
+    p.add_argument("--port", type=int, default=2091)
+    p.add_argument("--repeats", type=int, default=30, help="repeats per stage (default 30)")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="print the N functions of the event loop's thread with the most own time, per mode")
+    args = p.parse_args(argv)
+    width, height = parse_size(args.size)
+    body = request_body(noise_jpeg(width, height, 0))
+    print(f"request: {width}x{height} noise JPEG q95, body {len(body) / 1024:.0f} KiB")
+    print("stage (one thread)               ms/request")
+    for name, ms in stage_costs(body, args.repeats).items():
+        print(f"  {name:<31}{ms:8.2f}")
+    print(f"end to end: uvicorn http={args.http} loop={args.loop}, {args.conc} clients, {args.requests} requests")
+    print(f"  {'mode':<8}{'req/s':>8}{'server CPU ms/req':>20}{'probe kept':>12}")
+    for mode in args.modes.split(","):
+        if mode == "same":
+            bodies = [body] * args.requests
+        else:
+            bodies = [request_body(noise_jpeg(width, height, 1 + i)) for i in range(args.requests)]
+        profile = cProfile.Profile() if args.profile else None
+        row = end_to_end(bodies, args.conc, args.http, args.loop, args.port, profile)
+        print(f"  {mode:<8}{row['req/s']:8.1f}{row['server CPU ms/req']:20.2f}{row['probe kept']:12.2f}", flush=True)
+        if profile is not None:
+            pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile)
+    return 0
