@@ -21,10 +21,10 @@ class EngineConfig:
     max_prefill: int = 8             # new images encoded (prefilled) per step
     max_prefill_cached: int = 64     # requests with a cached image prefix prefilled per step (prompt only)
     # A prefill step stops every decoding row. While rows decode, prompt-only prefills of cached
-    # images wait to go together: until `prefill_gather` requests wait, or for `prefill_wait` decode
-    # steps at most (1 and 0: each goes at the next step).
-    prefill_gather: int = 8
-    prefill_wait: int = 4
+    # images may wait to go together: until `prefill_gather` requests wait, or for `prefill_wait`
+    # decode steps at most. The default (1, 0) admits them at the next step; README has the A/B.
+    prefill_gather: int = 1
+    prefill_wait: int = 0
     crop_threads: int = 4            # threads making overlap crops (engine.serving.crops)
     prefix_cache_size: int = 8       # image prefixes kept on the device (LRU); 0 disables the cache
     mask_capacity: int = 1024        # grammar mask-table rows on the device (one per distinct allowed set)
