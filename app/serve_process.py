@@ -114,7 +114,8 @@ class EngineProcess:
     @classmethod
     def open(cls, *, start_timeout: float = 600.0, **options) -> EngineProcess:
         """Start the child with `open_engine`'s options (weights, tokenizer, device, dtype, max_batch,
-        max_queue, repeat_guard; `torch_threads` caps its intra-op threads; `image_cache_bytes`)."""
+        max_queue, repeat_guard; `torch_threads` caps its intra-op threads; `image_cache_bytes`; `factory`:
+        a class built with the options instead of `open_engine`, for measurements)."""
         ctx = multiprocessing.get_context("spawn")
         ours, theirs = ctx.Pipe()
         process = ctx.Process(target=child_main, args=(theirs, options), name="mdpipe-engine", daemon=True)
@@ -373,12 +374,13 @@ def child_main(conn, options: dict) -> None:
         torch.set_num_threads(threads)
     from app.common import LOAD_ERRORS, open_engine, startup_line
 
+    factory = options.pop("factory", None)  # a stand-in engine class (app.serve_cost's NullEngine)
     try:
-        engine = open_engine(options.pop("weights", None), **options)
+        engine = open_engine(options.pop("weights", None), **options) if factory is None else factory(**options)
     except LOAD_ERRORS as e:
         conn.send(("load_error", f"cannot load the model: {one_line(e)}"))
         conn.close()
         return
-    conn.send(("ready", startup_line(engine)))
+    conn.send(("ready", startup_line(engine) if factory is None else factory.__name__))
     EngineChild(conn, engine, cache_bytes).run()
     conn.close()
