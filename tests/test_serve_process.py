@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import moondream as md
 import pytest
 
 from app.common import open_engine
-from app.serve import ServeLimits
+from app.serve import ServeLimits, parse_args
 from app.serve_process import EngineGone, EngineProcess
+from engine import Cancelled, DeadlineExceeded, EngineBusy, ImageError, RequestError
 from tests.conftest import torch_threads
 from tests.http_server import Server
 from tests.test_serve import (KEY, data_url, jpeg_bytes, post, scene,  # noqa: F401 - fixtures and tests run here too
@@ -78,3 +80,40 @@ def test_a_bad_checkpoint_fails_to_start_with_one_line(tmp_path):
     with pytest.raises(EngineGone, match="cannot load the model") as info:
         EngineProcess.open(weights=str(tmp_path / "missing"), torch_threads=1)
     assert "\n" not in str(info.value)
+
+
+def test_errors_cross_the_pipe_as_the_engines_own(served, scene):
+    image, _ = scene
+    proxy, jpeg = served.engine, jpeg_bytes(image)
+    with torch_threads(1):
+        engine = open_engine(None, max_batch=8)
+    with pytest.raises(RequestError) as here:
+        engine.submit(jpeg, "detect", "   ")
+    with pytest.raises(RequestError) as there:
+        proxy.submit(jpeg, "detect", "   ")
+    assert str(there.value) == str(here.value)
+    with pytest.raises(ImageError, match="cannot read image"):
+        proxy.submit(b"not an image", "point", "star")
+    proxy.pause(True)  # nothing leaves the queue: it fills
+    try:
+        late = proxy.submit(jpeg, "point", "star", timeout=1e-9)
+        waiting = [proxy.submit(jpeg, "point", "star") for _ in range(15)]
+        with pytest.raises(EngineBusy, match="busy"):
+            proxy.submit(jpeg, "point", "star")
+        for handle in waiting:
+            handle.cancel()
+    finally:
+        proxy.pause(False)
+    with pytest.raises(DeadlineExceeded):
+        late.result(timeout=60)
+    for handle in waiting:
+        with pytest.raises(Cancelled):
+            handle.result(timeout=60)
+    deadline = time.monotonic() + 60
+    while proxy.queued() or any(proxy.pools()[k] for k in ("rows_in_use", "running", "waiting", "steps_in_flight")):
+        assert time.monotonic() < deadline, proxy.pools()
+        time.sleep(0.01)
+
+
+def test_the_engine_process_flag():
+    assert parse_args(["--engine-process"]).engine_process and not parse_args([]).engine_process
