@@ -378,6 +378,8 @@ class MoondreamAPI:
 
     # ---- operations ---------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
+        if isinstance(self.engine, EngineProcess) and self.engine.gone is not None:
+            return FastJSONResponse({"status": "down", "error": self.engine.gone}, status_code=503)
         return FastJSONResponse({"status": "ok", "queued": self.engine.queued(), "running": self.engine.pools()["running"]})
 
     async def metrics_text(self, request: Request) -> Response:

@@ -7,9 +7,12 @@ in-process engine's; a child that dies gives 503s, not hangs; closing leaves no 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
+import urllib.error
+import urllib.request
 
 import moondream as md
 import pytest
@@ -70,6 +73,9 @@ def test_a_dead_engine_process_gives_503s_and_the_server_stays_up(scene):
             assert code == 503 and "engine process stopped" in body["error"] and "\n" not in body["error"], body
         with pytest.raises(EngineGone):
             proxy.submit(jpeg_bytes(image), "detect", "star")
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(server.url.removesuffix("/v1") + "/health", timeout=30)
+        assert info.value.code == 503 and "engine process stopped" in json.loads(info.value.read())["error"]
     finally:
         server.close()
         proxy.close()
