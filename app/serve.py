@@ -425,6 +425,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      help="GPUs per replica (default 1 with --device cuda, else 0)")
     ray.add_argument("--address", default=None, metavar="ADDR", help="join this Ray cluster (default: start a local one)")
     args = p.parse_args(argv)
+    if args.ray and args.engine_process:
+        p.error("--engine-process does not combine with --ray (each Ray replica is already a process of its own)")
     if args.replicas < 1:
         p.error(f"--replicas must be at least 1, got {args.replicas}")
     if not 0 < args.port < 65536:

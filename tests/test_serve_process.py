@@ -121,5 +121,8 @@ def test_errors_cross_the_pipe_as_the_engines_own(served, scene):
         time.sleep(0.01)
 
 
-def test_the_engine_process_flag():
+def test_the_engine_process_flag(capsys):
     assert parse_args(["--engine-process"]).engine_process and not parse_args([]).engine_process
+    with pytest.raises(SystemExit):
+        parse_args(["--engine-process", "--ray"])
+    assert "does not combine with --ray" in capsys.readouterr().err
