@@ -2,7 +2,7 @@
 
     python -m app.serve [--host 127.0.0.1] [--port 2020] [--weights DIR|ID] [--device auto] [--dtype auto]
                         [--api-key KEY] [--max-batch 16] [--max-queue 256] [--timeout 300] [--max-body-mb 32]
-                        [--image-cache-mb 256]
+                        [--image-cache-mb 256] [--engine-process]
                         [--ray [--replicas N] [--gpus-per-replica G] [--address ADDR]]
 
 Existing code written for the official `moondream` client runs unchanged against it:
@@ -19,8 +19,9 @@ OpenAI shape: one image and one question), plus `/health` and
 `{"json_schema": {...}}` (the parsed JSON comes back), `{"regex": "..."}` or `{"choices": [...]}`. Errors are one line, `{"error": "..."}`: 400 a bad request (image, object, settings),
 401 a wrong or missing API key (`X-Moondream-Auth` or `Authorization: Bearer`, compared in
 constant time), 413 a body over `--max-body-mb`, 429 the engine's queue is full (`Retry-After`),
-504 the request missed its deadline (`--timeout`). A client that disconnects cancels its request:
-the engine frees its row. The server binds 127.0.0.1 unless `--host` says otherwise and sends no
+503 the engine process stopped (`--engine-process`), 504 the request missed its deadline (`--timeout`). A client that disconnects cancels its request:
+the engine frees its row. With `--engine-process` the engine's step loop runs in a child process
+(`app.serve_process`), so the server's Python does not compete with it for the GIL. The server binds 127.0.0.1 unless `--host` says otherwise and sends no
 CORS headers.
 """
 
@@ -45,6 +46,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from app.serve_images import BadImageURL, ImageCache
+from app.serve_process import EngineGone, EngineProcess, ImageRefs
 from engine.model.pretrained import add_model_arguments
 from engine import (DEFAULT_MAX_OBJECTS, Cancelled, Choices, DeadlineExceeded, Engine, EngineBusy, ImageError,
                     JsonSchema, Regex, RequestError)
@@ -168,11 +170,14 @@ def one_line(e: BaseException) -> str:
 class MoondreamAPI:
     """The request handlers; one instance per server, over one started engine."""
 
-    def __init__(self, engine: Engine, *, api_key: str | None = None, limits: ServeLimits = ServeLimits()) -> None:
+    def __init__(self, engine: Engine, *, api_key: str | None = None, limits: ServeLimits = ServeLimits(),
+                 images=None) -> None:
+        """`images` turns a request's `image_url` into what `engine.submit` takes (default: an
+        `ImageCache` of decoded images; `app.serve_process.ImageRefs` for an engine process)."""
         self.engine, self.limits = engine, limits
         self.api_key = api_key.encode() if api_key else None
         self.metrics = Metrics(engine)
-        self.images = ImageCache(limits.image_cache_bytes)
+        self.images = images if images is not None else ImageCache(limits.image_cache_bytes)
 
     # ---- plumbing -----------------------------------------------------------------------
     def check_key(self, request: Request) -> None:
@@ -219,6 +224,8 @@ class MoondreamAPI:
             raise HTTPError(400, one_line(e)) from None
         except EngineBusy as e:
             raise HTTPError(429, one_line(e), {"Retry-After": str(self.limits.retry_after)}) from None
+        except EngineGone as e:
+            raise HTTPError(503, one_line(e)) from None
 
     def submit_now(self, image_url: object, skill: str, obj: object, **options):
         return self.engine.submit(self.images.get(image_url), skill, obj, timeout=self.limits.timeout, **options)
@@ -242,6 +249,8 @@ class MoondreamAPI:
             raise HTTPError(499, "the request was cancelled") from None
         except RequestError as e:
             raise HTTPError(400, one_line(e)) from None
+        except EngineGone as e:
+            raise HTTPError(503, one_line(e)) from None
 
     @staticmethod
     async def disconnected(request: Request) -> None:
@@ -369,6 +378,8 @@ class MoondreamAPI:
 
     # ---- operations ---------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
+        if isinstance(self.engine, EngineProcess) and self.engine.gone is not None:
+            return FastJSONResponse({"status": "down", "error": self.engine.gone}, status_code=503)
         return FastJSONResponse({"status": "ok", "queued": self.engine.queued(), "running": self.engine.pools()["running"]})
 
     async def metrics_text(self, request: Request) -> Response:
@@ -383,9 +394,11 @@ class MoondreamAPI:
         return routes
 
 
-def build_app(engine: Engine, *, api_key: str | None = None, limits: ServeLimits = ServeLimits()) -> Starlette:
-    """The ASGI app over a started engine (tests mount it in-process)."""
-    return Starlette(routes=MoondreamAPI(engine, api_key=api_key, limits=limits).routes())
+def build_app(engine, *, api_key: str | None = None, limits: ServeLimits = ServeLimits(), images=None) -> Starlette:
+    """The ASGI app over a started engine or an `EngineProcess` (tests mount it in-process)."""
+    if images is None and isinstance(engine, EngineProcess):
+        images = ImageRefs()
+    return Starlette(routes=MoondreamAPI(engine, api_key=api_key, limits=limits, images=images).routes())
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -401,6 +414,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-body-mb", type=float, default=32.0, metavar="MB", help="largest request body (default 32)")
     p.add_argument("--image-cache-mb", type=float, default=256.0, metavar="MB",
                    help="decoded images kept, so a repeated image skips its decode (default 256 MB; 0: none)")
+    p.add_argument("--engine-process", action="store_true",
+                   help="run the engine's step loop in its own process (the server's Python then leaves it alone)")
     p.add_argument("--no-repeat-guard", dest="repeat_guard", action="store_false",
                    help="keep near-duplicate objects (benchmarks on random weights: engine.loadbench --url)")
     ray = p.add_argument_group("scale-out with Ray Serve (pip install -e .[ray])")
@@ -410,6 +425,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      help="GPUs per replica (default 1 with --device cuda, else 0)")
     ray.add_argument("--address", default=None, metavar="ADDR", help="join this Ray cluster (default: start a local one)")
     args = p.parse_args(argv)
+    if args.ray and args.engine_process:
+        p.error("--engine-process does not combine with --ray (each Ray replica is already a process of its own)")
     if args.replicas < 1:
         p.error(f"--replicas must be at least 1, got {args.replicas}")
     if not 0 < args.port < 65536:
@@ -444,19 +461,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.ray:
         from app.serve_ray import run_ray
         return run_ray(args, api_key, limits)
+    options = dict(tokenizer=args.tokenizer, device=args.device, dtype=args.dtype, max_batch=args.max_batch,
+                   max_queue=args.max_queue, repeat_guard=args.repeat_guard, progress=sys.stderr.isatty())
     try:
-        engine = open_engine(args.weights, tokenizer=args.tokenizer, device=args.device, dtype=args.dtype,
-                             max_batch=args.max_batch, max_queue=args.max_queue, repeat_guard=args.repeat_guard,
-                             progress=sys.stderr.isatty())
+        if args.engine_process:
+            engine = EngineProcess.open(weights=args.weights, image_cache_bytes=limits.image_cache_bytes, **options)
+            startup = f"{engine.startup} (engine process {engine.process.pid})"
+        else:
+            engine = open_engine(args.weights, **options)
+            startup = startup_line(engine)
     except LOAD_ERRORS as e:
         print(f"error: cannot load the model: {one_line(e)}", file=sys.stderr)
         return 2
-    print(startup_line(engine), file=sys.stderr, flush=True)
+    except EngineGone as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+    print(startup, file=sys.stderr, flush=True)
     for fast, slow in (("httptools", "pure-Python HTTP parsing"), ("uvloop", "the asyncio event loop")):
         if importlib.util.find_spec(fast) is None:
             print(f"warning: {fast} is not installed: uvicorn falls back to {slow} (slower); pip install {fast}",
                   file=sys.stderr)
-    engine.start()
+    if not args.engine_process:
+        engine.start()
     try:
         uvicorn.run(build_app(engine, api_key=api_key, limits=limits), host=args.host, port=args.port,
                     log_level="warning")

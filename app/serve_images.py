@@ -14,6 +14,7 @@ import binascii
 import hashlib
 import threading
 from collections import OrderedDict
+from typing import Callable
 
 import numpy as np
 
@@ -47,6 +48,11 @@ def decode_payload(payload: str) -> bytes:
         raise BadImageURL("image_url holds invalid base64 data; encode the image file with base64") from None
 
 
+def payload_digest(payload: str) -> bytes:
+    """The cache key of a data URL's base64 text (SHA-256; hashlib releases the GIL)."""
+    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).digest()
+
+
 def pixel_bytes(image: DecodedImage) -> int:
     """Memory of an image's RGB pixels (a PIL image or an HxWx3 uint8 array)."""
     if isinstance(image.pixels, np.ndarray):
@@ -70,15 +76,25 @@ class ImageCache:
     def get(self, image_url: object) -> DecodedImage:
         """The decoded image of `image_url`; raises BadImageURL, or ImageError for a bad file."""
         payload = data_url_payload(image_url)
-        digest = hashlib.sha256(payload.encode("utf-8", "surrogatepass")).digest()
+        return self.get_or_decode(payload_digest(payload), lambda: decode_payload(payload))
+
+    def cached(self, digest: bytes) -> DecodedImage | None:
+        """The image kept under `digest` (`payload_digest`), or None."""
         with self.lock:
             image = self.entries.get(digest)
             if image is not None:
                 self.entries.move_to_end(digest)
                 self.hits += 1
-                return image
+            return image
+
+    def get_or_decode(self, digest: bytes, raw: Callable[[], bytes]) -> DecodedImage:
+        """The image kept under `digest`, else `raw()` (the encoded file) decoded, keyed and kept."""
+        image = self.cached(digest)
+        if image is not None:
+            return image
+        with self.lock:
             self.misses += 1
-        image = prepare_image(decode_payload(payload))
+        image = prepare_image(raw())
         size = pixel_bytes(image)
         if size <= self.max_bytes:
             with self.lock:

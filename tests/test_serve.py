@@ -151,11 +151,23 @@ def test_64_concurrent_clients_all_answered_or_told_busy(served, scene):
     assert all("busy" in body["error"] for code, body in answers if code == 429)
 
 
+def hold(engine, held: bool) -> None:
+    """Hold (or release) the step loop of an in-process engine or of an `EngineProcess`."""
+    if hasattr(engine, "pause"):
+        engine.pause(held)
+    elif held:
+        gate, real_step = threading.Event(), engine.step
+        engine.step = lambda: (gate.wait(timeout=60), real_step())[1]
+        engine.release = gate.set
+    else:
+        engine.release()
+        del engine.step, engine.release
+
+
 def test_disconnect_cancels_the_request_and_frees_its_row(served, scene):
     image, _ = scene
     engine = served.engine
-    gate, real_step = threading.Event(), engine.step
-    engine.step = lambda: (gate.wait(timeout=60), real_step())[1]  # hold the engine until the client is gone
+    hold(engine, True)  # hold the engine's step loop until the client is gone
     try:
         body = json.dumps({"image_url": data_url(image), "object": "star"}).encode()
         conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=30)
@@ -167,8 +179,7 @@ def test_disconnect_cancels_the_request_and_frees_its_row(served, scene):
         conn.sock.shutdown(socket.SHUT_RDWR)
         conn.close()
     finally:
-        gate.set()
-        del engine.step
+        hold(engine, False)
     deadline = time.monotonic() + 60
     while any(engine.pools()[k] for k in ("rows_in_use", "running", "waiting", "steps_in_flight")):
         assert time.monotonic() < deadline, engine.pools()

@@ -2,6 +2,7 @@
 
     python -m app.serve_cost [--size 640x480] [--requests 200] [--conc 8] [--modes unique,same]
                              [--http auto|h11|httptools] [--loop auto|asyncio|uvloop]
+                             [--engines thread,process]
 
 The engine's step loop runs in a thread of the server's process, so every millisecond of
 GIL-holding Python work the server does per request slows the engine too. Two parts:
@@ -14,6 +15,9 @@ GIL-holding Python work the server does per request slows the engine too. Two pa
    server's and the image's cost remain), driven by `--conc` client threads in another process.
    Printed per mode: req/s, server-process CPU ms per request, and how much of its idle speed a
    pure-Python "engine loop" probe thread keeps meanwhile (1.00: the server costs the loop nothing).
+   The probe is `NullEngine`'s step loop. `--engines process` runs `NullEngine` in a child behind
+   `app.serve_process.EngineProcess` (as `app.serve --engine-process` does): then the engine
+   process's CPU per request, less the probe's own, is what serving costs the engine's process.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import numpy as np
 from PIL import Image
 
 from app.serve import build_app
+from app.serve_process import EngineProcess
 from engine.serving.crops import decode_image
 
 OBJECT = "car"
@@ -64,9 +69,15 @@ class NullHandle:
 
 
 class NullEngine:
-    """What `Engine.submit` does to a request's image (decode, key), then an answer at once."""
+    """What `Engine.submit` does to a request's image (decode, key), then an answer at once; its
+    "step loop" is a `Probe` (`decode_steps` counts its work units)."""
 
-    decode_steps = 0
+    def __init__(self, **_options) -> None:
+        self.probe = Probe()
+
+    @property
+    def decode_steps(self) -> int:
+        return self.probe.units
 
     def submit(self, image, skill: str, obj: str = "", **options) -> NullHandle:
         decode_image(image)
@@ -74,11 +85,30 @@ class NullEngine:
         future.set_result(ANSWER)
         return NullHandle(future)
 
+    def step(self) -> bool:
+        return False
+
+    def start(self) -> NullEngine:
+        self.probe.thread.start()
+        return self
+
+    def close(self) -> None:
+        self.probe.stop.set()
+
     def queued(self) -> int:
         return 0
 
     def pools(self) -> dict:
-        return {"running": 0}
+        """`probe_cpu`: the loop's CPU seconds so far (read by the parent through the stats)."""
+        return {"running": 0, "probe_cpu": self.probe.cpu}
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process `pid` so far (Linux /proc)."""
+    import os
+
+    fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def median_ms(fn, repeats: int) -> float:
@@ -157,43 +187,56 @@ class Probe:
             self.units += 1
             self.cpu = time.thread_time()
 
-    def rate(self, seconds: float) -> float:
-        start = self.units
-        time.sleep(seconds)
-        return (self.units - start) / seconds
 
 
-def end_to_end(bodies: list[bytes], conc: int, http: str, loop: str, port: int,
+def loop_rate(engine, seconds: float) -> float:
+    start = engine.decode_steps
+    time.sleep(seconds)
+    return (engine.decode_steps - start) / seconds
+
+
+def end_to_end(bodies: list[bytes], conc: int, http: str, loop: str, port: int, in_child: bool = False,
                profile: cProfile.Profile | None = None) -> dict[str, float]:
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(build_app(NullEngine()), host="127.0.0.1", port=port, http=http, loop=loop,
+    engine = EngineProcess.open(factory=NullEngine) if in_child else NullEngine().start()
+    server = uvicorn.Server(uvicorn.Config(build_app(engine), host="127.0.0.1", port=port, http=http, loop=loop,
                                            log_level="warning"))
     run = server.run if profile is None else (lambda: profile.runcall(server.run))  # the event loop's thread
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     while not server.started:
         time.sleep(0.05)
-    probe = Probe()
-    probe.thread.start()
-    idle = probe.rate(1.0)
+    idle = loop_rate(engine, 1.0)
+
+    def cpu() -> tuple[float, float]:
+        """(server process CPU s, engine process CPU s less the loop's), the loop being the probe."""
+        probe = engine.pools()["probe_cpu"]
+        if in_child:
+            return time.process_time(), process_cpu(engine.process.pid) - probe
+        return time.process_time() - probe, 0.0
+
     url = f"http://127.0.0.1:{port}/v1/detect"
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     worker = ctx.Process(target=client_process, args=(url, bodies, conc, results))
-    units, cpu, start = probe.units, time.process_time() - probe.cpu, time.perf_counter()
+    units, before, start = engine.decode_steps, cpu(), time.perf_counter()
     worker.start()
     failures = results.get()
     worker.join()
-    wall, cpu = time.perf_counter() - start, time.process_time() - probe.cpu - cpu
-    busy = (probe.units - units) / wall
-    probe.stop.set()
+    if in_child:
+        time.sleep(0.1)  # one more stats report from the child
+    wall, after = time.perf_counter() - start, cpu()
+    busy = (engine.decode_steps - units) / wall
     server.should_exit = True
     thread.join()
+    engine.close()
     if failures:
         raise SystemExit(f"error: {len(failures)} requests failed, e.g. {failures[0]}")
     n = len(bodies)
-    return {"req/s": n / wall, "server CPU ms/req": 1000.0 * cpu / n, "probe kept": busy / idle}
+    server_ms, engine_ms = (1000.0 * (b - a) / n for a, b in zip(before, after))
+    return {"req/s": n / wall, "server CPU ms/req": server_ms,
+            "engine process ms/req": engine_ms if in_child else server_ms, "probe kept": busy / idle}
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -209,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modes", default="unique,same", help="unique: a new image per request; same: one image")
     p.add_argument("--http", default="auto", choices=["auto", "h11", "httptools"], help="uvicorn's HTTP parser")
     p.add_argument("--loop", default="auto", choices=["auto", "asyncio", "uvloop"], help="uvicorn's event loop")
+    p.add_argument("--engines", default="thread,process",
+                   help="thread: the engine in the server's process (default app.serve); process: in a child "
+                        "(app.serve --engine-process)")
     p.add_argument("--port", type=int, default=2091)
     p.add_argument("--repeats", type=int, default=30, help="repeats per stage (default 30)")
     p.add_argument("--profile", type=int, default=0, metavar="N",
@@ -221,15 +267,17 @@ def main(argv: list[str] | None = None) -> int:
     for name, ms in stage_costs(body, args.repeats).items():
         print(f"  {name:<31}{ms:8.2f}")
     print(f"end to end: uvicorn http={args.http} loop={args.loop}, {args.conc} clients, {args.requests} requests")
-    print(f"  {'mode':<8}{'req/s':>8}{'server CPU ms/req':>20}{'probe kept':>12}")
-    for mode in args.modes.split(","):
+    print(f"  {'engine':<8}{'mode':<8}{'req/s':>8}{'server CPU ms/req':>20}{'engine proc. ms/req':>21}"
+          f"{'probe kept':>12}")
+    for where, mode in ((w, m) for w in args.engines.split(",") for m in args.modes.split(",")):
         if mode == "same":
             bodies = [body] * args.requests
         else:
             bodies = [request_body(noise_jpeg(width, height, 1 + i)) for i in range(args.requests)]
         profile = cProfile.Profile() if args.profile else None
-        row = end_to_end(bodies, args.conc, args.http, args.loop, args.port, profile)
-        print(f"  {mode:<8}{row['req/s']:8.1f}{row['server CPU ms/req']:20.2f}{row['probe kept']:12.2f}", flush=True)
+        row = end_to_end(bodies, args.conc, args.http, args.loop, args.port, where == "process", profile)
+        print(f"  {where:<8}{mode:<8}{row['req/s']:8.1f}{row['server CPU ms/req']:20.2f}"
+              f"{row['engine process ms/req']:21.2f}{row['probe kept']:12.2f}", flush=True)
         if profile is not None:
             pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile)
     return 0

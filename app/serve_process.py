@@ -1,0 +1,386 @@
+"""`python -m app.serve --engine-process`: the engine's step loop in its own interpreter.
+
+In the default mode the server's Python (HTTP parsing, JSON, hashing, submit) shares one GIL
+with the engine's step loop. Here the `Engine` lives in a child process (multiprocessing
+"spawn": CUDA and libvips are not fork-safe) and the server talks to it through `EngineProcess`,
+a proxy with the part of the `Engine` API `app.serve` uses: `submit` (a handle whose `future`
+resolves and whose chunks arrive asynchronously), `cancel`, `queued`, `pools`, `decode_steps`.
+
+Wire: one `multiprocessing` Pipe of small pickled tuples, one reader thread per side.
+
+    server → child   ("submit", rid, digest, data | None, skill, obj, options, stream)
+                     ("cancel", rid)   ("pause", bool)   ("stop",)
+    child → server   ("ready", line) | ("load_error", message)     once, at start
+                     ("accepted", rid) | ("refused", rid, error) | ("miss", rid)
+                     ("chunk", rid, chunk)   ("done", rid, result) | ("failed", rid, error)
+                     ("stats", queued, pools, decode_steps)        every STATS_PERIOD s
+
+Images: the server sends a data URL's SHA-256 (`payload_digest`) and, the first time, the
+encoded file's bytes; the child decodes them on its own threads (Pillow releases the GIL) into
+its `ImageCache`. A digest sent alone that the child no longer holds comes back as "miss", and
+the server sends it again with the bytes. Errors cross as the engine's own exception types with
+their one-line messages; a child that dies fails every waiting and later request with
+`EngineGone` (503).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import multiprocessing
+import queue
+import signal
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+from app.serve_images import ImageCache, data_url_payload, decode_payload, payload_digest
+from engine import Cancelled, DeadlineExceeded, EngineBusy, ImageError, RequestError
+
+STATS_PERIOD = 0.05     # seconds between the child's queue/pool reports
+KNOWN_DIGESTS = 4096    # digests the server believes the child holds (a wrong guess costs one "miss" round trip)
+#: Exceptions that cross the pipe as themselves; anything else arrives as a RuntimeError with its one line.
+PASSED_ERRORS = (RequestError, EngineBusy, ImageError, Cancelled, DeadlineExceeded)
+
+
+class EngineGone(RuntimeError):
+    """The engine process stopped; requests cannot be served until the server restarts."""
+
+
+@dataclass(frozen=True)
+class EncodedImage:
+    """A request's image as the server holds it: the digest of its data URL and a way to get the
+    encoded file's bytes (called only when the child must be sent them)."""
+
+    digest: bytes
+    data: Callable[[], bytes]
+
+
+class ImageRefs:
+    """`ImageCache`'s counterpart in the server when the engine runs in a child: checks the data
+    URL and hashes it, decodes nothing (the child does)."""
+
+    def get(self, image_url: object) -> EncodedImage:
+        payload = data_url_payload(image_url)
+        return EncodedImage(payload_digest(payload), lambda: decode_payload(payload))
+
+
+class ProcessHandle:
+    """A request submitted through `EngineProcess`: `future` and `cancel()`, like `RequestHandle`."""
+
+    def __init__(self, rid: int, proxy: EngineProcess, on_object: Callable | None) -> None:
+        self.id, self.proxy, self.on_object = rid, proxy, on_object
+        self.future: Future = Future()
+        self.ack: Future = Future()
+
+    def cancel(self) -> None:
+        self.proxy.cancel(self)
+
+    def result(self, timeout: float | None = None) -> dict:
+        return self.future.result(timeout)
+
+
+def one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+def portable(e: BaseException) -> BaseException:
+    """`e` as it can cross the pipe: the engine's error types as they are, others as one line."""
+    if isinstance(e, PASSED_ERRORS):
+        return type(e)(one_line(e))
+    return RuntimeError(f"{type(e).__name__}: {one_line(e)}")
+
+
+class EngineProcess:
+    """The proxy in the server process. `EngineProcess.open(...)` starts the child and waits for
+    its model to load (LOAD_ERRORS' messages come back as `EngineGone`'s)."""
+
+    def __init__(self, process, conn) -> None:
+        self.process, self.conn = process, conn
+        self.send_lock = threading.Lock()
+        self.lock = threading.Lock()
+        self.handles: dict[int, ProcessHandle] = {}
+        self.ids = itertools.count(1)
+        self.known: OrderedDict[bytes, None] = OrderedDict()
+        self.stats = (0, {"running": 0, "rows_in_use": 0, "waiting": 0, "steps_in_flight": 0}, 0)
+        self.gone: str | None = None
+        self.startup = ""
+        self.loaded: Future = Future()
+        self.reader = threading.Thread(target=self.read, name="engine-process-reader", daemon=True)
+        self.reader.start()
+
+    @classmethod
+    def open(cls, *, start_timeout: float = 600.0, **options) -> EngineProcess:
+        """Start the child with `open_engine`'s options (weights, tokenizer, device, dtype, max_batch,
+        max_queue, repeat_guard; `torch_threads` caps its intra-op threads; `image_cache_bytes`; `factory`:
+        a class built with the options instead of `open_engine`, for measurements)."""
+        ctx = multiprocessing.get_context("spawn")
+        ours, theirs = ctx.Pipe()
+        process = ctx.Process(target=child_main, args=(theirs, options), name="mdpipe-engine", daemon=True)
+        process.start()
+        theirs.close()
+        proxy = cls(process, ours)
+        try:
+            proxy.startup = proxy.loaded.result(start_timeout)
+        except BaseException:
+            proxy.close()
+            raise
+        return proxy
+
+    # ---- the Engine API app.serve uses ---------------------------------------------------
+    def submit(self, image: EncodedImage | bytes, skill: str, obj: str = "", *, on_object=None, **options):
+        """Queue a request in the child; raises what `Engine.submit` would (or `EngineGone`)."""
+        if not isinstance(image, EncodedImage):
+            data = bytes(image)
+            image = EncodedImage(hashlib.sha256(data).digest(), lambda: data)
+        handle = ProcessHandle(next(self.ids), self, on_object)
+        with self.lock:
+            self.handles[handle.id] = handle
+            known = image.digest in self.known
+        try:
+            self.send(("submit", handle.id, image.digest, None if known else image.data(), skill, obj, options,
+                       on_object is not None))
+            if handle.ack.result() == "miss":
+                handle.ack = Future()
+                self.send(("submit", handle.id, image.digest, image.data(), skill, obj, options, on_object is not None))
+                handle.ack.result()
+        except BaseException:
+            with self.lock:
+                self.handles.pop(handle.id, None)
+            raise
+        with self.lock:
+            self.known[image.digest] = None
+            self.known.move_to_end(image.digest)
+            while len(self.known) > KNOWN_DIGESTS:
+                self.known.popitem(last=False)
+        return handle
+
+    def cancel(self, handle: ProcessHandle) -> None:
+        if not handle.future.done() and self.gone is None:
+            try:
+                self.send(("cancel", handle.id))
+            except EngineGone:
+                pass
+
+    def queued(self) -> int:
+        return self.stats[0]
+
+    def pools(self) -> dict:
+        return dict(self.stats[1])
+
+    @property
+    def decode_steps(self) -> int:
+        return self.stats[2]
+
+    def pause(self, held: bool = True) -> None:
+        """Hold (or release) the child's step loop: requests queue but are not decoded (tests)."""
+        self.send(("pause", held))
+
+    def point(self, image, obj: str, **options) -> dict:
+        return self.submit(image, "point", obj, **options).result()
+
+    def detect(self, image, obj: str, **options) -> dict:
+        return self.submit(image, "detect", obj, **options).result()
+
+    def query(self, image, question: str, **options) -> dict:
+        return self.submit(image, "query", question, **options).result()
+
+    def caption(self, image, length: str = "normal", **options) -> dict:
+        return self.submit(image, "caption", length=length, **options).result()
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Let the child finish what it accepted and exit; kill it if it does not within `timeout`."""
+        try:
+            self.send(("stop",))
+        except EngineGone:
+            pass
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
+        self.reader.join(timeout=5)
+
+    # ---- plumbing ------------------------------------------------------------------------
+    def send(self, message: tuple) -> None:
+        if self.gone is not None:
+            raise EngineGone(self.gone)
+        try:
+            with self.send_lock:
+                self.conn.send(message)
+        except (OSError, ValueError):
+            raise EngineGone(self.gone or "the engine process stopped; restart the server") from None
+
+    def read(self) -> None:
+        """The reader thread: resolve acknowledgements and results, feed chunks, keep the stats."""
+        while True:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                break
+            kind = message[0]
+            if kind == "stats":
+                self.stats = message[1:]
+                continue
+            if kind in ("ready", "load_error"):
+                if kind == "ready":
+                    self.loaded.set_result(message[1])
+                else:
+                    self.loaded.set_exception(EngineGone(message[1]))
+                continue
+            with self.lock:
+                handle = self.handles.get(message[1])
+                if handle is not None and kind in ("refused", "done", "failed"):
+                    del self.handles[message[1]]
+            if handle is None:
+                continue
+            if kind == "accepted" or kind == "miss":
+                handle.ack.set_result(kind)
+            elif kind == "refused":
+                handle.ack.set_exception(message[2])
+            elif kind == "chunk":
+                handle.on_object(message[2])
+            elif kind == "done":
+                handle.future.set_result(message[2])
+            elif kind == "failed":
+                handle.future.set_exception(message[2])
+        self.process.join(timeout=5)
+        code = self.process.exitcode
+        self.gone = ("the engine process stopped" + ("" if code in (None, 0) else f" (exit code {code})")
+                     + "; restart the server")
+        with self.lock:
+            handles, self.handles = list(self.handles.values()), {}
+        for future in [self.loaded] + [f for h in handles for f in (h.ack, h.future)]:
+            if not future.done():
+                future.set_exception(EngineGone(self.gone))
+
+
+# ---- the child --------------------------------------------------------------------------
+class EngineChild:
+    """The engine's process: one reader (this thread), submits on a small pool (image decode and
+    grammar compilation), one writer thread, the engine's own step loop."""
+
+    def __init__(self, conn, engine, image_cache_bytes: int) -> None:
+        self.conn, self.engine = conn, engine
+        self.images = ImageCache(image_cache_bytes)
+        self.outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.handles: dict[int, object] = {}
+        self.cancelled: set[int] = set()
+        self.lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(4, thread_name_prefix="submit")
+        self.stopping = threading.Event()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.step = engine.step
+
+    def run(self) -> None:
+        writer = threading.Thread(target=self.write, name="writer", daemon=True)
+        writer.start()
+        threading.Thread(target=self.report, name="stats", daemon=True).start()
+        self.engine.start()
+        try:
+            while True:
+                try:
+                    message = self.conn.recv()
+                except (EOFError, OSError):  # the server went away: stop
+                    break
+                kind = message[0]
+                if kind == "submit":
+                    self.pool.submit(self.submit, *message[1:])
+                elif kind == "cancel":
+                    self.cancel(message[1])
+                elif kind == "pause":
+                    self.pause(message[1])
+                elif kind == "stop":
+                    break
+        finally:
+            self.gate.set()
+            self.pool.shutdown(wait=True)
+            self.engine.close()
+            self.stopping.set()
+            self.outbox.put(None)
+            writer.join()
+
+    def submit(self, rid: int, digest: bytes, data: bytes | None, skill: str, obj, options: dict,
+               stream: bool) -> None:
+        try:
+            if data is None:
+                image = self.images.cached(digest)
+                if image is None:
+                    self.outbox.put(("miss", rid))
+                    return
+            else:
+                image = self.images.get_or_decode(digest, lambda: data)
+            on_object = (lambda chunk: self.outbox.put(("chunk", rid, chunk))) if stream else None
+            handle = self.engine.submit(image, skill, obj, on_object=on_object, **options)
+        except Exception as e:  # noqa: BLE001 - every refusal goes back to the waiting server thread
+            self.outbox.put(("refused", rid, portable(e)))
+            return
+        with self.lock:
+            self.handles[rid] = handle
+            cancel = rid in self.cancelled
+            self.cancelled.discard(rid)
+        self.outbox.put(("accepted", rid))
+        handle.future.add_done_callback(lambda future: self.finished(rid, future))
+        if cancel:
+            handle.cancel()
+
+    def finished(self, rid: int, future: Future) -> None:
+        with self.lock:
+            self.handles.pop(rid, None)
+        error = future.exception()
+        self.outbox.put(("done", rid, future.result()) if error is None else ("failed", rid, portable(error)))
+
+    def cancel(self, rid: int) -> None:
+        with self.lock:
+            handle = self.handles.get(rid)
+            if handle is None:
+                self.cancelled.add(rid)  # its submit is still on the pool
+        if handle is not None:
+            handle.cancel()
+
+    def pause(self, held: bool) -> None:
+        if held:
+            self.gate.clear()
+            self.engine.step = lambda: (self.gate.wait(), self.step())[1]
+        else:
+            self.gate.set()
+            self.engine.step = self.step
+
+    def report(self) -> None:
+        while not self.stopping.wait(STATS_PERIOD):
+            self.outbox.put(("stats", self.engine.queued(), self.engine.pools(), self.engine.decode_steps))
+
+    def write(self) -> None:
+        while (message := self.outbox.get()) is not None:
+            try:
+                self.conn.send(message)
+            except (OSError, ValueError):
+                return
+            except Exception as e:  # noqa: BLE001 - an unpicklable result: its request fails, not the writer
+                if message[0] in ("done", "chunk"):
+                    self.conn.send(("failed", message[1], RuntimeError(f"the answer could not be sent ({one_line(e)})")))
+
+
+def child_main(conn, options: dict) -> None:
+    """The child's entry point (spawned): load the model, report, serve until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the server, which stops this process in order
+    threads = options.pop("torch_threads", None)
+    cache_bytes = options.pop("image_cache_bytes", 256 << 20)
+    if threads is not None:
+        import torch
+        torch.set_num_threads(threads)
+    from app.common import LOAD_ERRORS, open_engine, startup_line
+
+    factory = options.pop("factory", None)  # a stand-in engine class (app.serve_cost's NullEngine)
+    try:
+        engine = open_engine(options.pop("weights", None), **options) if factory is None else factory(**options)
+    except LOAD_ERRORS as e:
+        conn.send(("load_error", f"cannot load the model: {one_line(e)}"))
+        conn.close()
+        return
+    conn.send(("ready", startup_line(engine) if factory is None else factory.__name__))
+    EngineChild(conn, engine, cache_bytes).run()
+    conn.close()

@@ -1,0 +1,128 @@
+"""`python -m app.serve --engine-process`: the same HTTP API with the engine in a child process.
+
+The client-facing tests of tests/test_serve.py run again here against one server whose engine is
+an `EngineProcess` (one child for the module); the child's answers are compared with an
+in-process engine's; a child that dies gives 503s, not hangs; closing leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+
+import moondream as md
+import pytest
+
+from app.common import open_engine
+from app.serve import ServeLimits, parse_args
+from app.serve_process import EngineGone, EngineProcess
+from engine import Cancelled, DeadlineExceeded, EngineBusy, ImageError, RequestError
+from tests.conftest import torch_threads
+from tests.http_server import Server
+from tests.test_serve import (KEY, data_url, jpeg_bytes, post, scene,  # noqa: F401 - fixtures and tests run here too
+                              test_64_concurrent_clients_all_answered_or_told_busy, test_api_key_is_required_and_checked,
+                              test_bad_answer_formats_are_one_line_400s, test_bad_requests_get_one_line_reasons,
+                              test_chat_completions_from_the_client, test_disconnect_cancels_the_request_and_frees_its_row,
+                              test_health_and_metrics, test_query_and_caption_from_the_client_stream_and_follow_the_schema,
+                              test_the_official_client_gets_the_engines_answers, test_too_large_and_not_json)
+
+
+@pytest.fixture(scope="module")
+def served():
+    proxy = EngineProcess.open(weights=None, max_batch=8, max_queue=16, torch_threads=1)
+    server = Server(proxy, api_key=KEY, limits=ServeLimits(max_body_bytes=2 << 20, timeout=120))
+    try:
+        yield server
+    finally:
+        server.close()
+        proxy.close()
+        assert not proxy.process.is_alive()
+
+
+def test_the_child_answers_as_the_in_process_engine(served, scene):
+    image, _ = scene
+    model = md.vl(endpoint=served.url, api_key=KEY)
+    with torch_threads(1):
+        engine = open_engine(None, max_batch=8)
+        for obj in ("red circle", "star"):
+            assert model.detect(image, obj) == engine.detect(jpeg_bytes(image), obj)
+            assert model.point(image, obj) == engine.point(jpeg_bytes(image), obj)
+        question = "Is there a red circle?"
+        want = engine.query(jpeg_bytes(image), question, max_tokens=12)["answer"]
+    assert "".join(model.query(image, question, stream=True, settings={"max_tokens": 12})["answer"]) == want
+
+
+def test_a_dead_engine_process_gives_503s_and_the_server_stays_up(scene):
+    image, _ = scene
+    proxy = EngineProcess.open(weights=None, max_batch=2, torch_threads=1)
+    server = Server(proxy, api_key=KEY)
+    try:
+        payload = {"image_url": data_url(image), "object": "star"}
+        assert post(server.url + "/point", payload, {"X-Moondream-Auth": KEY})[0] == 200
+        proxy.pause(True)  # a request waits in the child when it dies
+        waiting = proxy.submit(jpeg_bytes(image), "point", "star")
+        os.kill(proxy.process.pid, signal.SIGKILL)
+        with pytest.raises(EngineGone, match="engine process stopped"):
+            waiting.result(timeout=60)
+        for _ in range(2):
+            code, body = post(server.url + "/point", payload, {"X-Moondream-Auth": KEY})
+            assert code == 503 and "engine process stopped" in body["error"] and "\n" not in body["error"], body
+        with pytest.raises(EngineGone):
+            proxy.submit(jpeg_bytes(image), "detect", "star")
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(server.url.removesuffix("/v1") + "/health", timeout=30)
+        assert info.value.code == 503 and "engine process stopped" in json.loads(info.value.read())["error"]
+    finally:
+        server.close()
+        proxy.close()
+    assert not proxy.process.is_alive()
+
+
+def test_a_bad_checkpoint_fails_to_start_with_one_line(tmp_path):
+    with pytest.raises(EngineGone, match="cannot load the model") as info:
+        EngineProcess.open(weights=str(tmp_path / "missing"), torch_threads=1)
+    assert "\n" not in str(info.value)
+
+
+def test_errors_cross_the_pipe_as_the_engines_own(served, scene):
+    image, _ = scene
+    proxy, jpeg = served.engine, jpeg_bytes(image)
+    with torch_threads(1):
+        engine = open_engine(None, max_batch=8)
+    with pytest.raises(RequestError) as here:
+        engine.submit(jpeg, "detect", "   ")
+    with pytest.raises(RequestError) as there:
+        proxy.submit(jpeg, "detect", "   ")
+    assert str(there.value) == str(here.value)
+    with pytest.raises(ImageError, match="cannot read image"):
+        proxy.submit(b"not an image", "point", "star")
+    proxy.pause(True)  # nothing leaves the queue: it fills
+    try:
+        late = proxy.submit(jpeg, "point", "star", timeout=1e-9)
+        waiting = [proxy.submit(jpeg, "point", "star") for _ in range(15)]
+        with pytest.raises(EngineBusy, match="busy"):
+            proxy.submit(jpeg, "point", "star")
+        for handle in waiting:
+            handle.cancel()
+    finally:
+        proxy.pause(False)
+    with pytest.raises(DeadlineExceeded):
+        late.result(timeout=60)
+    for handle in waiting:
+        with pytest.raises(Cancelled):
+            handle.result(timeout=60)
+    deadline = time.monotonic() + 60
+    while proxy.queued() or any(proxy.pools()[k] for k in ("rows_in_use", "running", "waiting", "steps_in_flight")):
+        assert time.monotonic() < deadline, proxy.pools()
+        time.sleep(0.01)
+
+
+def test_the_engine_process_flag(capsys):
+    assert parse_args(["--engine-process"]).engine_process and not parse_args([]).engine_process
+    with pytest.raises(SystemExit):
+        parse_args(["--engine-process", "--ray"])
+    assert "does not combine with --ray" in capsys.readouterr().err
