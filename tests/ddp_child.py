@@ -2,10 +2,10 @@
 
     torchrun --standalone --nproc-per-node 2 tests/ddp_child.py OUT RECORDS MODE
 
-Trains the tiny preset on the CPU (gloo) and writes RECORDS/rank<r>.json: a digest of every
-parameter after each step, a digest of each step's batch, which ranks wrote a checkpoint, and
-the Result. MODE "calibrate" runs with --minutes (rank 0 calibrates the step total);
-"interrupt" makes rank 1 alone receive SIGTERM after step 13.
+Trains the tiny preset on the CPU (gloo) with --minutes (rank 0 calibrates the step total) and
+writes RECORDS/rank<r>.json: a digest of every parameter after each step, a digest of each
+step's batch, which ranks wrote a checkpoint, and the Result. With MODE "interrupt" rank 1 alone
+receives SIGTERM after step 33 (the ranks must still stop together).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main(out: str, records: str, mode: str) -> None:
     def on_step(step, model, batch):
         params.append(digest(model.parameters()))
         batches.append(digest([batch["crops"], batch["tok"]]))
-        if mode == "interrupt" and rank == 1 and step == 13:
+        if mode == "interrupt" and rank == 1 and step == 33:
             os.kill(os.getpid(), signal.SIGTERM)
 
     write = T.write_checkpoint
@@ -51,13 +51,10 @@ def main(out: str, records: str, mode: str) -> None:
         return write(*a, **kw)
 
     T.write_checkpoint = recording_write
-    kw = dict(preset="tiny", device="cpu", workers=0, quiet=True, batch=2, queries=2, lr=3e-3, warmup=2, log_every=1,
-              save_every=1e9, heldout=0, scene=SCENES, seed=11, on_step=on_step)
-    if mode == "calibrate":   # far deadline, short calibration: the total is rank 0's measurement, capped by steps
-        kw.update(steps=40, minutes=10, calibrate_s=0.2)
-    else:
-        kw.update(steps=60)
-    result = T.train(out, **kw)
+    # far deadline, short calibration: the total is rank 0's measurement, capped by `steps`
+    result = T.train(out, preset="tiny", device="cpu", workers=0, quiet=True, batch=2, queries=2, lr=3e-3, warmup=2,
+                     log_every=1, save_every=1e9, heldout=0, scene=SCENES, seed=11, on_step=on_step,
+                     steps=60, minutes=10, calibrate_s=0.5)
     Path(records, f"rank{rank}.json").write_text(json.dumps(
         {"params": params, "batches": batches, "writes": writes, "steps": result.steps,
          "losses": [h["loss"] for h in result.history]}))

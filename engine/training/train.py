@@ -1027,7 +1027,7 @@ def _train_ranks(out: str | Path, ranks: Ranks, *, preset: str | None, config: M
                 elif rate_step0 is None and time.monotonic() - rate_t0 >= recipe["calibrate_s"] / 2:
                     _sync(dev)
                     rate_t1, rate_step0 = time.monotonic(), step
-                if rate_step0 is not None and time.monotonic() - rate_t0 >= recipe["calibrate_s"]:
+                if rate_step0 is not None and step > rate_step0 and time.monotonic() - rate_t0 >= recipe["calibrate_s"]:
                     _sync(dev)
                     rate = (step - rate_step0) / (time.monotonic() - rate_t1)
                     fit = step + int(0.95 * rate * (deadline - time.monotonic()))
