@@ -341,3 +341,93 @@ def test_train_module_needs_no_engine_or_grammars():
             "bad = [m for m in sys.modules if m == 'engine.serving.engine' or m.split('.')[0] in "
             "('grammars', 'outlines_core')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+# --------------------------------------------------------------------------------------------
+# Data-parallel training (torchrun, DDP; engine.training.distributed)
+# --------------------------------------------------------------------------------------------
+
+GOLDEN_SCENES = {**SMALL_SCENES, "size_range": (96, 112)}
+GOLDEN_KW = dict(preset="tiny", device="cpu", workers=0, quiet=True, batch=2, queries=2, lr=3e-3, warmup=2,
+                 log_every=1, save_every=1e9, heldout=0, scene=GOLDEN_SCENES, seed=11)
+# The first losses of this single-process run with the recipe as committed before data-parallel
+# training existed (main at dc9968e): a single process must still train exactly so.
+GOLDEN_LOSSES = [19.64145, 18.0009, 25.57878, 25.27127]
+
+
+def test_single_process_training_is_unchanged(tmp_path, one_thread):
+    result = T.train(tmp_path, steps=4, **GOLDEN_KW)
+    assert [h["loss"] for h in result.history] == pytest.approx(GOLDEN_LOSSES, rel=1e-5)
+
+
+def test_ranks_are_dealt_distinct_batches(prompts):
+    assert [T.stream_index(i, 0, 1) for i in range(4)] == [0, 1, 2, 3]       # one process: the stream as before
+    shares = [{T.stream_index(i, r, 3) for i in range(5)} for r in range(3)]
+    assert set().union(*shares) == set(range(15)) and sum(map(len, shares)) == 15
+    kw = dict(batch=2, queries=2, scene_kw=SMALL_SCENES)
+    second = T.batch_stream(TINY, prompts, 4, start=0, workers=0, pin=False, fixed=False, rank=1, world=2, **kw)
+    for i in range(2):
+        want = T.make_batch(TINY, prompts, 4, 2 * i + 1, **kw)
+        got = next(second)
+        assert all(np.array_equal(got[k].numpy(), want[k]) for k in want)
+
+
+def test_touch_all_gives_every_parameter_a_gradient(tiny_model, prompts):
+    # a batch of empty point queries: no coordinate or size targets
+    batch = T.make_batch(TINY, prompts, 3, 0, batch=2, queries=2, scene_kw=SMALL_SCENES, point_frac=1.0, empty_rate=1.0)
+    assert len(batch["c_idx"]) == 0 and len(batch["s_idx"]) == 0
+    dev_batch, meta = T.to_device({k: torch.from_numpy(v) for k, v in batch.items()}, torch.device("cpu"))
+    probes = T.Probes(TINY.text.dim)
+    losses = {}
+    for touch in (False, True):
+        tiny_model.zero_grad(set_to_none=True)
+        probes.zero_grad(set_to_none=True)
+        out = T.compute_losses(tiny_model, dev_batch, meta, T.RECIPE, probes=probes, touch_all=touch)
+        out["loss"].backward()
+        losses[touch] = float(out["loss"])
+        idle = [n for n, p in [*tiny_model.named_parameters(), *probes.named_parameters()] if p.grad is None]
+        if touch:
+            assert idle == []
+        else:   # what DDP would trip over without touch_all
+            assert any(n.startswith("region.size_decoder") for n in idle) and "x.weight" in idle
+    tiny_model.zero_grad(set_to_none=True)
+    assert losses[True] == losses[False]     # the touches weigh 0
+
+
+def _digest(arrays) -> str:
+    import hashlib
+
+    h = hashlib.sha1()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def test_two_ranks_train_in_step_and_stop_together(tmp_path, prompts):
+    """torchrun, 2 ranks on gloo, --minutes: identical parameters after every step, different data,
+    rank 0 alone writes; rank 1 alone gets SIGTERM after step 33 and both stop at the agreement
+    of step 40 (no rank left waiting in a collective), through the final save."""
+    out, rec = tmp_path / "ck", tmp_path / "rec"
+    rec.mkdir()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           str(ROOT / "tests" / "ddp_child.py"), str(out), str(rec), "interrupt"]
+    run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    r0, r1 = (json.loads((rec / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["steps"] == r1["steps"] == 40
+    assert r0["params"] == r1["params"] and len(r0["params"]) == 40
+    assert len(set(r0["params"])) == 40                     # and they did change every step
+    assert all(a != b for a, b in zip(r0["batches"], r1["batches"]))
+    kw = dict(batch=2, queries=2, scene_kw=GOLDEN_SCENES, point_frac=T.RECIPE["point_frac"],
+              empty_rate=T.RECIPE["empty_rate"])            # rank r's first batch is batch r of the stream
+    assert [r0["batches"][0], r1["batches"][0]] == [
+        _digest([b["crops"], b["tok"]]) for b in (T.make_batch(TINY, prompts, 11, i, **kw) for i in (0, 1))]
+    assert r0["writes"] == [0] and r1["writes"] == []
+    assert r0["losses"] == r1["losses"]                     # logged as the mean over the ranks
+    assert r0["losses"][0] != pytest.approx(GOLDEN_LOSSES[0], rel=1e-3)   # not the 1-rank run
+    events = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    kinds = [e.get("event", "step") for e in events]
+    assert kinds.count("start") == 1 and kinds.count("end") == 1 and kinds.count("calibrate") == 1
+    assert events[0]["ranks"] == 2 and kinds.count("step") == 40
+    assert events[-1]["steps"] == 40 and events[-1]["reason"] == "interrupted"
+    assert load_model(out).config == TINY

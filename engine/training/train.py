@@ -4,6 +4,15 @@
                            [--lr LR] [--seed S] [--device cuda|cpu] [--workers K] [--init DIR]
                            [--minutes M] [--save-every SEC] [--heldout N] [--reuse R] [--fixed-batch]
 
+On every GPU of the host (one rank per GPU, DistributedDataParallel; `engine.training.distributed`):
+
+    torchrun --standalone --nproc-per-node N -m engine.train --out DIR ...
+
+--batch stays per rank (the global batch is N × batch; the log's images/s count every rank),
+the learning rate is unchanged, rank r trains on batches r, N + r, 2N + r, … of the seed's stream
+(no batch twice; a single process reads 0, 1, 2, … as before), --workers is per rank. Rank 0
+alone calibrates --minutes, logs, writes checkpoints and runs the held-out check.
+
 Every default lives in `RECIPE` below; with the same recipe, seed and step count the data, the
 initialisation and the schedule are the same on every machine.
 
@@ -92,7 +101,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -107,6 +116,8 @@ from engine.training.scenes import (ALL_QUERIES, COLOURS, OWN_SCENES, SCENE_VOCA
                                     make_scene, vary_wording)
 from engine.serving.skills import normalize_query, prompt_ids
 from engine.model.text import rope_tables
+from engine.training.distributed import (STOP_INTERRUPTED, STOP_NONE, STOP_REASONS, STOP_TIME, SYNC_EVERY, Ranks,
+                                         workers_per_rank)
 from engine.training.qa import make_qa, qa_ids
 from engine.training.vocab import build_tokenizer
 
@@ -357,20 +368,28 @@ class Packed:
         self.arrays = arrays
 
 
-class SceneStream(torch.utils.data.IterableDataset):
-    """Endless batches start, start+1, …; worker w of K makes the indices ≡ w (mod K), and the
-    DataLoader yields workers round-robin, so the order is the same for every K."""
+def stream_index(i: int, rank: int, world: int) -> int:
+    """The batch of the seed's stream that is rank `rank`'s i-th: the stream dealt out round-robin,
+    so no two ranks ever train on the same batch and a single process (0 of 1) reads 0, 1, 2, …"""
+    return i * world + rank
 
-    def __init__(self, config, prompts, seed, start, as_tensors: bool, **kw) -> None:
+
+class SceneStream(torch.utils.data.IterableDataset):
+    """Endless batches start, start+1, … (of this rank's share, `stream_index`); worker w of K makes
+    the indices ≡ w (mod K), and the DataLoader yields workers round-robin, so the order is the
+    same for every K."""
+
+    def __init__(self, config, prompts, seed, start, as_tensors: bool, rank: int = 0, world: int = 1, **kw) -> None:
         super().__init__()
         self.config, self.prompts, self.seed, self.start, self.as_tensors, self.kw = config, prompts, seed, start, as_tensors, kw
+        self.rank, self.world = rank, world
 
     def __iter__(self) -> Iterator:
         info = torch.utils.data.get_worker_info()
         wid, nw = (0, 1) if info is None else (info.id, info.num_workers)
         i = self.start + wid
         while True:
-            arrays = make_batch(self.config, self.prompts, self.seed, i, **self.kw)
+            arrays = make_batch(self.config, self.prompts, self.seed, stream_index(i, self.rank, self.world), **self.kw)
             yield {k: torch.from_numpy(v) for k, v in arrays.items()} if self.as_tensors else Packed(arrays)
             i += nw
 
@@ -383,23 +402,25 @@ def _shm_free_bytes() -> int:
 
 
 def batch_stream(config, prompts, seed, *, start: int, workers: int, pin: bool, fixed: bool, shm: bool | None = None,
-                 **kw) -> Iterator[dict]:
-    """Yields dicts of CPU tensors. Batches travel through shared memory when /dev/shm is large
+                 rank: int = 0, world: int = 1, **kw) -> Iterator[dict]:
+    """Yields dicts of CPU tensors: rank `rank` of `world`'s share of the seed's stream
+    (`stream_index`). Batches travel through shared memory when /dev/shm is large
     enough (shm=None: decide from its free space), otherwise pickled through pipes (containers
     often mount a 64 MB /dev/shm, where shared-memory batches would crash the workers)."""
     if fixed:   # the same batch every step (overfitting checks)
-        batch = {k: torch.from_numpy(v) for k, v in make_batch(config, prompts, seed, start, **kw).items()}
+        index = stream_index(start, rank, world)
+        batch = {k: torch.from_numpy(v) for k, v in make_batch(config, prompts, seed, index, **kw).items()}
         while True:
             yield batch
     if workers <= 0:
-        for item in SceneStream(config, prompts, seed, start, True, **kw):
+        for item in SceneStream(config, prompts, seed, start, True, rank, world, **kw):
             yield item
         return
     use_shm = _shm_free_bytes() >= 4 << 30 if shm is None else shm
     # Workers come from a fork server, not from this process: libvips (the crops) is not fork-safe
     # once its thread pool runs, and a worker forked from a process that already cropped hangs.
     loader = torch.utils.data.DataLoader(
-        SceneStream(config, prompts, seed, start, use_shm, **kw), batch_size=None, num_workers=workers,
+        SceneStream(config, prompts, seed, start, use_shm, rank, world, **kw), batch_size=None, num_workers=workers,
         prefetch_factor=4 if use_shm else 2, persistent_workers=False, pin_memory=pin and use_shm,
         multiprocessing_context="forkserver")
     for item in loader:
@@ -543,11 +564,15 @@ def sigmas(recipe: dict, progress: float) -> tuple[float, float]:
 
 
 def compute_losses(model: MoondreamModel, batch: dict[str, torch.Tensor], meta: dict, recipe: dict,
-                   progress: float = 1.0, probes: Probes | None = None) -> dict[str, torch.Tensor]:
+                   progress: float = 1.0, probes: Probes | None = None, touch_all: bool = False) -> dict[str, torch.Tensor]:
     """Forward one batch (tensors on the device, see `to_device`); returns the losses and, detached,
     lm_acc (continue/stop decisions right), coord_err (mean |x̂ − x| as a fraction of the image)
     and size_err (mean |log2 ŵ − log2 w|). Nothing here waits for the device: every index is
-    precomputed on the CPU."""
+    precomputed on the CPU.
+
+    touch_all (data-parallel runs): a batch without coordinate or size targets still runs the
+    heads it does not train (and the probes') on one row with weight 0, so every parameter gets a
+    gradient on every rank each step, as DistributedDataParallel requires."""
     coord_sigma, size_sigma = sigmas(recipe, progress)
     prefix = encode_images(model, batch["crops"], batch, meta["groups"])
     cell = prefix.sum() * 0.0
@@ -568,7 +593,12 @@ def compute_losses(model: MoondreamModel, batch: dict[str, torch.Tensor], meta: 
     qa = batch["lm_qa"].float()
     c_logits = model.region.coord_logits(hidden[batch["c_idx"]])
     has_coord = batch["c_idx"].shape[0] > 0    # (a batch of only questions and empty queries has none)
-    coord = soft_bin_ce(c_logits, batch["c_y"], coord_sigma) if has_coord else hidden.sum() * 0.0
+    unused = hidden.sum() * 0.0     # the value of a loss term with no targets in this batch
+    one = hidden[:1]                # the row a zero-weight term runs the untrained heads on (touch_all)
+    if has_coord:
+        coord = soft_bin_ce(c_logits, batch["c_y"], coord_sigma)
+    else:
+        coord = model.region.coord_logits(one).float().sum() * 0.0 if touch_all else unused
     out = {"lm_acc": (right * (1 - qa)).sum() / (1 - qa).sum().clamp(min=1),
            "qa_acc": (right * qa).sum() / qa.sum().clamp(min=1),
            "coord_err": (c_logits.detach().argmax(-1) - batch["c_y"]).abs().float().sum()
@@ -578,10 +608,10 @@ def compute_losses(model: MoondreamModel, batch: dict[str, torch.Tensor], meta: 
         size = soft_bin_ce(s_logits.flatten(0, 1), batch["s_y"].flatten(), size_sigma)
         out["size_err"] = (s_logits.detach().argmax(-1) - batch["s_y"]).abs().float().mean() * 10 / (model.config.region.size_bins - 1)
     else:
-        size = hidden.sum() * 0.0
-        out["size_err"] = size.detach()
-    ground = grounding_loss(att, batch["g_box"], model.config.vision.grid) if att is not None else hidden.sum() * 0.0
-    probe = hidden.sum() * 0.0
+        size = model.region.size_logits(one).float().sum() * 0.0 if touch_all else unused
+        out["size_err"] = unused.detach()
+    ground = grounding_loss(att, batch["g_box"], model.config.vision.grid) if att is not None else unused
+    probe = unused
     if probes is not None and has_coord:
         hc = hidden[batch["c_idx"]].float()
         pred = torch.where(batch["c_is_y"], probes.y(hc)[:, 0], probes.x(hc)[:, 0])
@@ -589,6 +619,10 @@ def compute_losses(model: MoondreamModel, batch: dict[str, torch.Tensor], meta: 
         if meta["n_sizes"]:
             hs = hidden[batch["s_idx"]].float()
             probe = probe + F.mse_loss(probes.wh(hs), batch["s_y"].float() / (model.config.region.size_bins - 1))
+    if probes is not None and touch_all and not meta["n_sizes"]:   # (no coordinates implies no sizes)
+        h1 = one.float()
+        idle = probes.wh(h1).sum() + (0.0 if has_coord else probes.x(h1).sum() + probes.y(h1).sum())
+        probe = probe + idle * 0.0
     total = (w["lm"] * lm + w["coord"] * coord + w["size"] * size + w["ground"] * ground
              + recipe["probe_weight"] * probe + w["cells"] * cell)
     return {"loss": total, "lm": lm, "coord": coord, "size": size, "ground": ground, "probe": probe, "cells": cell, **out}
@@ -786,7 +820,21 @@ def train(out: str | Path, *, device: str | None = None, **kw: Any) -> Result:
 
 def _train(out: str | Path, dev: torch.device, *, preset: str | None = None, config: MoondreamConfig | None = None,
            workers: int | None = None, init: str | None = None, fixed_batch: bool = False, quiet: bool = False,
+           on_step: Callable[[int, MoondreamModel, dict], None] | None = None, find_unused: bool = False,
            **overrides: Any) -> Result:
+    """`on_step(step, model, batch)` runs after every optimiser step (tests); `find_unused` makes a
+    data-parallel run let DDP search for unused parameters instead of `compute_losses(touch_all=True)`."""
+    ranks = Ranks.from_env(dev)
+    try:
+        return _train_ranks(out, ranks, preset=preset, config=config, workers=workers, init=init, fixed_batch=fixed_batch,
+                            quiet=quiet, on_step=on_step, find_unused=find_unused, **overrides)
+    finally:
+        ranks.close()
+
+
+def _train_ranks(out: str | Path, ranks: Ranks, *, preset: str | None, config: MoondreamConfig | None, workers: int | None,
+                 init: str | None, fixed_batch: bool, quiet: bool, on_step, find_unused: bool, **overrides: Any) -> Result:
+    dev = ranks.device
     recipe = {**RECIPE, **{k: v for k, v in overrides.items() if v is not None}}
     unknown = set(overrides) - set(RECIPE)
     if unknown:
@@ -795,11 +843,17 @@ def _train(out: str | Path, dev: torch.device, *, preset: str | None = None, con
     config = config or PRESETS[preset]
     if workers is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
-        workers = max(1, min(14, cores - 2)) if dev.type == "cuda" else 0
+        workers = workers_per_rank(cores, ranks.world) if dev.type == "cuda" else 0
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "train_log.jsonl"
-    say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    say = (lambda *a: None) if quiet or not ranks.main else (lambda *a: print(*a, flush=True))
+
+    def log(record: dict) -> None:   # train_log.jsonl: rank 0 only
+        if ranks.main:
+            with log_path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+
     seed = recipe["seed"]
 
     tokenizer = build_tokenizer(vocab_size=min(512, config.text.vocab_size))
@@ -807,7 +861,7 @@ def _train(out: str | Path, dev: torch.device, *, preset: str | None = None, con
     prompts = prompt_table(config, tokenizer)
 
     torch.manual_seed(seed)
-    if init:
+    if init:   # every rank loads it (DDP also starts every rank from rank 0's weights)
         model = load_model(init, dtype="fp32", device="cpu")
         if model.config != config:
             raise ValueError(f"--init checkpoint {init} has another config than preset {preset!r}")
@@ -825,11 +879,17 @@ def _train(out: str | Path, dev: torch.device, *, preset: str | None = None, con
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast("cpu", enabled=False)
+    net: torch.nn.Module = LossModule(model, probes, recipe, touch_all=ranks.parallel and not find_unused)
+    if ranks.parallel:
+        net = torch.nn.parallel.DistributedDataParallel(
+            net, device_ids=[dev.index] if dev.type == "cuda" else None, forward_sync_buffers=False,
+            find_unused_parameters=find_unused)
 
     data_kw = dict(batch=recipe["batch"], queries=recipe["queries"], point_frac=recipe["point_frac"],
                    scene_kw=recipe["scene"], empty_rate=recipe["empty_rate"], qa_frac=recipe["qa_frac"],
                    tokenizer=tokenizer if recipe["qa_frac"] else None)
-    stream = batch_stream(config, prompts, seed, start=0, workers=workers, pin=dev.type == "cuda", fixed=fixed_batch, **data_kw)
+    stream = batch_stream(config, prompts, seed, start=0, workers=workers, pin=dev.type == "cuda", fixed=fixed_batch,
+                          rank=ranks.rank, world=ranks.world, **data_kw)
     timer = {"wait": 0.0}
 
     def fresh() -> Iterator[tuple[dict, dict]]:
@@ -844,13 +904,14 @@ def _train(out: str | Path, dev: torch.device, *, preset: str | None = None, con
     steps = int(recipe["steps"])
     minutes = recipe["minutes"]
     reserve = 10.0 + (recipe["heldout_s"] if recipe["heldout"] else 0.0)    # final save + held-out check
-    deadline = None if not minutes else PROCESS_START + 60.0 * float(minutes) - reserve
+    deadline = None if not minutes else ranks.shared(PROCESS_START + 60.0 * float(minutes) - reserve)
     say(f"train: preset={preset} params={n_params / 1e6:.2f}M device={dev} workers={workers} steps<={steps} "
         f"batch={recipe['batch']}x{recipe['queries']} reuse={recipe['reuse']} lr={recipe['lr']} seed={seed}"
+        + (f" ranks={ranks.world} (batch per rank; global {ranks.world * recipe['batch']} images/step, "
+           f"workers per rank)" if ranks.parallel else "")
         + (f" minutes={minutes}" if minutes else ""))
-    with log_path.open("a") as f:
-        f.write(json.dumps({"event": "start", "preset": preset, "params": n_params, "device": str(dev), "workers": workers,
-                            "recipe": {k: v for k, v in recipe.items()}, "init": init}) + "\n")
+    log({"event": "start", "preset": preset, "params": n_params, "device": str(dev), "workers": workers,
+         "ranks": ranks.world, "recipe": {k: v for k, v in recipe.items()}, "init": init})
 
     history: list[dict] = []
     sums = {k: torch.zeros((), device=dev) for k in ("loss", "lm", "coord", "size", "ground", "probe", "cells", "lm_acc", "qa_acc", "coord_err", "size_err")}
@@ -863,19 +924,34 @@ def _train(out: str | Path, dev: torch.device, *, preset: str | None = None, con
     total = steps
     schedule = Schedule(recipe, total, deadline)
     calibrated = deadline is None
+    pending_total = 0            # rank 0's calibrated total, not yet agreed (data-parallel runs)
+    rate = 0.0
     rate_t0 = rate_t1 = rate_step0 = None
     step = 0
     lr = 0.0
     gnorm = torch.zeros(())
     stop_reason = "steps"
+    agreed = False               # the loop ended where every rank ends it (collectives are safe)
 
-    def log_window() -> None:
+    def calibrate(at: float, new_total: int) -> None:
+        nonlocal total, calibrated
+        total = new_total
+        schedule.calibrate(step, at, total)
+        calibrated = True
+        say(f"calibrated: {rate:.2f} steps/s → total_steps={total}")
+        log({"event": "calibrate", "step": step, "steps_per_s": rate, "total_steps": total})
+
+    def log_window(reduce: bool) -> None:
         nonlocal sums, n_sum, images, new_images, seqs, wait_window, t_window, first_loss, last_loss
-        vals = {k: float(v) / n_sum for k, v in sums.items()}
+        if reduce:   # every rank's batches (each rank logs at the same steps)
+            vals = dict(zip(sums, ranks.mean(torch.stack(list(sums.values())) / n_sum).tolist()))
+        else:
+            vals = {k: float(v) / n_sum for k, v in sums.items()}
         elapsed = time.monotonic() - t_window
+        world = ranks.world
         rec = {"step": step, **{k: round(v, 5) for k, v in vals.items()}, "lr": lr, "gnorm": round(float(gnorm), 4),
-               "images_per_s": round(images / elapsed, 1), "new_images_per_s": round(new_images / elapsed, 1),
-               "seqs_per_s": round(seqs / elapsed, 1),
+               "images_per_s": round(world * images / elapsed, 1), "new_images_per_s": round(world * new_images / elapsed, 1),
+               "seqs_per_s": round(world * seqs / elapsed, 1),
                "data_wait": round(wait_window / elapsed, 3), "elapsed_s": round(time.monotonic() - t_train0, 1)}
         history.append(rec)
         first_loss = vals["loss"] if first_loss is None else first_loss
@@ -886,21 +962,35 @@ def _train(out: str | Path, dev: torch.device, *, preset: str | None = None, con
             + (f"answer token acc {100 * vals['qa_acc']:.1f}%  " if recipe["qa_frac"] else "")
             + f"xy err {100 * vals['coord_err']:.2f}%  "
             f"wh err {vals['size_err']:.3f} oct  lr {lr:.2e}  {rec['images_per_s']:.0f} img/s "
-            f"({rec['new_images_per_s']:.0f} new) {rec['seqs_per_s']:.0f} seq/s  "
-            f"data wait {100 * rec['data_wait']:.0f}%  t={rec['elapsed_s']:.0f}s")
-        with log_path.open("a") as f:
-            f.write(json.dumps(rec) + "\n")
+            f"({rec['new_images_per_s']:.0f} new) {rec['seqs_per_s']:.0f} seq/s"
+            + (f" (all {world} ranks)" if ranks.parallel else "")
+            + f"  data wait {100 * rec['data_wait']:.0f}%  t={rec['elapsed_s']:.0f}s")
+        log(rec)
         sums = {k: torch.zeros((), device=dev) for k in sums}
         n_sum, images, new_images, seqs, wait_window, t_window = 0, 0, 0, 0, 0.0, time.monotonic()
 
-    previous_term = None
+    previous_handlers: dict = {}
     if threading_main():
-        # `timeout`/`kill` send SIGTERM: leave through the final save like Ctrl-C does.
-        previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+        if ranks.parallel:   # signals only request a stop, taken at the next agreement by every rank
+            previous_handlers = ranks.catch_signals()
+        else:                # `timeout`/`kill` send SIGTERM: leave through the final save like Ctrl-C does.
+            previous_handlers = {signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_interrupt)}
+    shared_now = time.monotonic()
     try:
         while step < total:
             now = time.monotonic()
-            if deadline is not None and now >= deadline:
+            if ranks.parallel:
+                if step % SYNC_EVERY == 0:
+                    ask = (STOP_INTERRUPTED if ranks.stop_requested else
+                           STOP_TIME if ranks.main and deadline is not None and now >= deadline else STOP_NONE)
+                    stop, agreed_total, shared_now = ranks.agree(ask, pending_total, now)
+                    if agreed_total and not calibrated:
+                        calibrate(shared_now, max(step + 1, agreed_total))
+                    if stop:
+                        stop_reason = STOP_REASONS[stop]
+                        break
+                now = shared_now   # the schedule reads rank 0's clock of the last agreement
+            elif deadline is not None and now >= deadline:
                 stop_reason = "time"
                 break
             waited = timer["wait"]
@@ -913,7 +1003,7 @@ def _train(out: str | Path, dev: torch.device, *, preset: str | None = None, con
             for g in opt.param_groups:
                 g["lr"] = lr
             with autocast:
-                losses = compute_losses(model, batch, meta, recipe, progress=step / total, probes=probes)
+                losses = net(batch, meta, step / total)
             opt.zero_grad(set_to_none=True)
             losses["loss"].backward()
             gnorm = torch.nn.utils.clip_grad_norm_([p for g in opt.param_groups for p in g["params"]], recipe["grad_clip"])
@@ -925,59 +1015,73 @@ def _train(out: str | Path, dev: torch.device, *, preset: str | None = None, con
             new_images += meta["n_images"] if is_fresh else 0
             seqs += meta["n_seqs"]
             step += 1
+            if on_step is not None:
+                on_step(step, model, batch)
 
-            # Calibration: the step rate over the second half of the first `calibrate_s` seconds
+            # Calibration (rank 0): the step rate over the second half of the first `calibrate_s` seconds
             # (the first half drains the workers' prefetched batches and would flatter the rate).
-            if not calibrated and step >= 10:
+            if not calibrated and ranks.main and not pending_total and step >= 10:
                 if rate_t0 is None:
                     _sync(dev)
                     rate_t0 = time.monotonic()
                 elif rate_step0 is None and time.monotonic() - rate_t0 >= recipe["calibrate_s"] / 2:
                     _sync(dev)
                     rate_t1, rate_step0 = time.monotonic(), step
-            if not calibrated and rate_step0 is not None and time.monotonic() - rate_t0 >= recipe["calibrate_s"]:
-                _sync(dev)
-                rate = (step - rate_step0) / (time.monotonic() - rate_t1)
-                fit = step + int(0.95 * rate * (deadline - time.monotonic()))
-                total = max(step + 1, min(steps, fit))
-                schedule.calibrate(step, time.monotonic(), total)
-                calibrated = True
-                say(f"calibrated: {rate:.2f} steps/s → total_steps={total}")
-                with log_path.open("a") as f:
-                    f.write(json.dumps({"event": "calibrate", "step": step, "steps_per_s": rate, "total_steps": total}) + "\n")
+                if rate_step0 is not None and step > rate_step0 and time.monotonic() - rate_t0 >= recipe["calibrate_s"]:
+                    _sync(dev)
+                    rate = (step - rate_step0) / (time.monotonic() - rate_t1)
+                    fit = step + int(0.95 * rate * (deadline - time.monotonic()))
+                    if ranks.parallel:   # applied by every rank at the next agreement
+                        pending_total = max(step + 1, min(steps, fit))
+                    else:
+                        calibrate(time.monotonic(), max(step + 1, min(steps, fit)))
 
             if step % recipe["log_every"] == 0 or step == total:
-                log_window()
-            if time.monotonic() - last_save >= recipe["save_every"]:
+                log_window(ranks.parallel)
+            if ranks.main and time.monotonic() - last_save >= recipe["save_every"]:
                 write_checkpoint(out, model, config, preset, tokenizer_json)
                 last_save = time.monotonic()
+        agreed = True
     except KeyboardInterrupt:
         stop_reason = "interrupted"
     finally:
         if n_sum:
-            log_window()
+            log_window(ranks.parallel and agreed)
         stream.close()   # shuts the data workers down
-        write_checkpoint(out, model, config, preset, tokenizer_json)
-        if previous_term is not None:
-            signal.signal(signal.SIGTERM, previous_term)
+        if ranks.main:
+            write_checkpoint(out, model, config, preset, tokenizer_json)
+        for sig, handler in previous_handlers.items():
+            signal.signal(sig, handler)
         total_time = time.monotonic() - t_train0
         summary = {"event": "end", "steps": step, "reason": stop_reason, "train_s": round(total_time, 1),
                    "wall_s": round(time.monotonic() - PROCESS_START, 1),
                    "data_wait_frac": round(wait / max(total_time, 1e-9), 3), "last_loss": last_loss}
-        with log_path.open("a") as f:
-            f.write(json.dumps(summary) + "\n")
+        log(summary)
         say(f"done: {step} steps ({stop_reason}) in {total_time:.0f}s, waited for data {100 * summary['data_wait_frac']:.0f}% "
             f"of the time; wrote {out}")
-    if recipe["heldout"] and stop_reason != "interrupted":
+    if ranks.main and recipe["heldout"] and stop_reason != "interrupted":
         try:
             report = heldout_check(out, dev, recipe["heldout"], recipe["heldout_seed"], recipe["heldout_s"], prompts)
         except Exception as e:  # the weights are saved; a failing check must not lose them
             report = {"error": f"{type(e).__name__}: {e}"}
-        with log_path.open("a") as f:
-            f.write(json.dumps({"event": "heldout", **report}) + "\n")
+        log({"event": "heldout", **report})
         say("held-out check (greedy decoding of the saved bf16 weights, engine.model.reference): "
             + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in report.items()))
+    ranks.barrier()      # the other ranks wait for rank 0's checkpoint and held-out check
     return Result(step, first_loss, last_loss, history)
+
+
+class LossModule(torch.nn.Module):
+    """The model and its training probes as one module whose forward is `compute_losses`: the
+    unit DistributedDataParallel wraps (it averages the gradients of what runs in its forward)."""
+
+    def __init__(self, model: MoondreamModel, probes: Probes | None, recipe: dict, touch_all: bool) -> None:
+        super().__init__()
+        self.model, self.probes, self.recipe, self.touch_all = model, probes, recipe, touch_all
+
+    def forward(self, batch: dict[str, torch.Tensor], meta: dict, progress: float) -> dict[str, torch.Tensor]:
+        return compute_losses(self.model, batch, meta, self.recipe, progress=progress, probes=self.probes,
+                              touch_all=self.touch_all)
 
 
 def heldout_check(out: Path, dev: torch.device, n: int, seed: int, budget_s: float, prompts: dict) -> dict:
@@ -1028,10 +1132,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="checkpoint directory to write")
     p.add_argument("--preset", default=RECIPE["preset"], choices=sorted(PRESETS))
     p.add_argument("--steps", type=int, help=f"step count (upper bound with --minutes); default {RECIPE['steps']}")
-    p.add_argument("--batch", type=int, help=f"images per step; default {RECIPE['batch']}")
+    p.add_argument("--batch", type=int, help=f"images per step and rank (under torchrun the global batch is "
+                                              f"ranks × this); default {RECIPE['batch']}")
     p.add_argument("--queries", type=int, help=f"sequences per image; default {RECIPE['queries']}")
     p.add_argument("--reuse", type=int, help=f"uses of each generated batch; default {RECIPE['reuse']}")
-    p.add_argument("--lr", type=float, help=f"peak learning rate; default {RECIPE['lr']}")
+    p.add_argument("--lr", type=float, help=f"peak learning rate, the same for any number of ranks; default {RECIPE['lr']}")
     p.add_argument("--warmup", type=int, help=f"warmup steps; default {RECIPE['warmup']}")
     p.add_argument("--seed", type=int, help=f"data and init seed; default {RECIPE['seed']}")
     p.add_argument("--minutes", type=float, help="wall-clock budget from process start (0/none: run all steps)")
@@ -1040,7 +1145,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heldout", type=int, help=f"held-out scenes decoded greedily after training (0: skip); "
                                                 f"default {RECIPE['heldout']}")
     p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when available")
-    p.add_argument("--workers", type=int, help="data worker processes (default: min(14, cores - 2) on cuda, 0 on cpu)")
+    p.add_argument("--workers", type=int, help="data worker processes per rank (default on cuda: "
+                                               "min(14, (cores - 2) // ranks); on cpu 0)")
     p.add_argument("--init", help="start from this checkpoint directory instead of random weights")
     p.add_argument("--qa-frac", dest="qa_frac", type=float,
                    help=f"share of sequences that are questions / captions (0-1); default {RECIPE['qa_frac']}")
