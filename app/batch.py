@@ -35,12 +35,13 @@ OUT, nothing elsewhere:
 * ``OUT/annotated/<path>`` with ``--draw``: the image with its boxes/points drawn.
 
 Query and caption (one request per image) write results.jsonl only, with the settings in every
-record and the engine's result (``Engine.query`` / ``Engine.caption``) under ``result``:
+record and the engine's result (``Engine.query`` / ``Engine.caption``) under ``result``, its
+``answer`` / ``caption`` also at the top level:
 ``{"path": "a.jpg", "width": 640, "height": 480, "task": "query", "question": "Is there a cat?",
-"answer_format": {"choices": ["yes", "no"]}, "max_tokens": null, "result": {"answer": "yes"}, ...}``
+"answer_format": {"choices": ["yes", "no"]}, "max_tokens": null, "result": {"answer": "yes"}, "answer": "yes", ...}``
 (``answer_format`` is null for free text, ``{"regex": ...}`` or ``{"json_schema": {...}}``; with a
 schema the answer is the parsed JSON value); a caption record has ``"length"`` and
-``"result": {"caption": "..."}``. ``--format``, ``--draw``, ``--min-score`` and the object options
+``"result": {"caption": "..."}, "caption": "..."``. ``--format``, ``--draw``, ``--min-score`` and the object options
 are refused for them. The question and the answer format are checked as ``python -m engine query``
 checks them, with the same one-line errors, before any image is read.
 
@@ -80,7 +81,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from app.job import (FORMATS, RESULTS_NAME, TEXT_TASKS, collect_inputs, merge_results, record_timing, write_exports, LOADERS, UsageError, default_out, Journal, Job, TextSettings, check_resume, new_record, request_error, draw_into, redraw, install_sigint, drain_on_sigint, check_prompt_length, plan, commit, report)
+from app.job import (FORMATS, RESULTS_NAME, TEXT_TASKS, collect_inputs, merge_results, record_timing, result_fields, write_exports, LOADERS, UsageError, default_out, Journal, Job, TextSettings, check_resume, new_record, request_error, draw_into, redraw, install_sigint, drain_on_sigint, check_prompt_length, plan, commit, report)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -275,7 +276,8 @@ def finish_one(job: Job, done: Submitted) -> dict | None:
             return {**done.base, "error": "Cancelled: the request was cancelled"}
         except Exception as e:  # engine or request failure for this image only
             return {**done.base, "error": request_error(e)}
-    record = {**done.base, "result": merge_results(job.task, job.classes, results), **record_timing(done.handles)}
+    record = {**done.base, **result_fields(job.task, merge_results(job.task, job.classes, results)),
+              **record_timing(done.handles)}
     if job.annotated is not None:
         draw_into(job, done.rel, done.picture, record)
     return record

@@ -34,7 +34,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from app.job import (Job, write_exports, UsageError, commit, drain_on_sigint, draw_into, install_sigint, new_record,
+from app.job import (Job, result_fields, write_exports, UsageError, commit, drain_on_sigint, draw_into, install_sigint, new_record,
                        plan, redraw, report, request_error)
 
 RAY_EXTRA_HINT = "install with pip install -e .[ray]"
@@ -329,7 +329,7 @@ def _record(job: Job, rel: str, shown_file: str, row: dict) -> dict:
         if error.startswith(worker_name):
             error = read_as + error[len(worker_name):]
         return {**rec, "error": error}
-    return {**rec, "result": json.loads(row["result"]), "ms": row["ms"], "queue_ms": row["queue_ms"]}
+    return {**rec, **result_fields(job.task, json.loads(row["result"])), "ms": row["ms"], "queue_ms": row["queue_ms"]}
 
 
 def _draw(job: Job, rec: dict) -> dict:

@@ -289,6 +289,12 @@ def check_resume(path: Path, records: dict[str, dict], job: Job) -> None:
                              "or choose another --out")
 
 
+def result_fields(task: str, result: dict) -> dict:
+    """A record's result fields: `"result"` (what the engine returned) and, for a query or caption,
+    its `"answer"` / `"caption"` at the top level too, where a reader of the JSONL looks first."""
+    return {"result": result, **(result if task in TEXT_TASKS else {})}
+
+
 def merge_results(task: str, classes: tuple[str, ...], results: list[dict]) -> dict:
     """One image's result from its per-class results: unchanged for one class (or a query's /
     caption's one answer); with several, every object of every class in one list, class order,

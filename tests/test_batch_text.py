@@ -72,7 +72,9 @@ def test_records_equal_the_engine(tmp_path, folder, tiny_ckpt, engine, capsys, o
             continue
         assert rec["result"] == call(engine, load_image(src / rel)), rel
         assert rec["task"] == task and rec["max_tokens"] == (6 if "--max-tokens" in options else None)
-        answer = rec["result"]["answer" if task == "query" else "caption"]
+        key = "answer" if task == "query" else "caption"
+        answer = rec["result"][key]
+        assert rec[key] == answer  # at the top level of the record too
         if "--choices" in options:
             assert answer in ("yes", "no") and rec["answer_format"] == {"choices": ["yes", "no"]}
         elif "--regex" in options:
