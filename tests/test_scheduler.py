@@ -79,14 +79,13 @@ def run(engine: Engine, clock: Clock, schedule: list[dict]) -> list:
 
 @settings(max_examples=60, deadline=None)
 @given(schedule=st.lists(request, min_size=1, max_size=10), max_batch=st.integers(1, 4),
-       max_prefill=st.integers(1, 3), cache=st.integers(0, 2), gather=st.integers(1, 3), wait=st.integers(0, 3))
-def test_pipelined_equals_blocking_on_random_schedules(tokenizer, schedule, max_batch, max_prefill, cache, gather, wait):
+       max_prefill=st.integers(1, 3), cache=st.integers(0, 2))
+def test_pipelined_equals_blocking_on_random_schedules(tokenizer, schedule, max_batch, max_prefill, cache):
     outcomes = {}
     for pipelined in (True, False):
         clock = Clock()
         engine, runner = fake_engine(tokenizer, pipelined=pipelined, max_batch=max_batch, clock=clock,
-                                     max_prefill=max_prefill, prefix_cache_size=cache,
-                                     prefill_gather=gather, prefill_wait=wait)
+                                     max_prefill=max_prefill, prefix_cache_size=cache)
         outcomes[pipelined] = run(engine, clock, schedule)
         assert idle(engine), engine.pools()
         assert engine.scheduler.retired == len(schedule)  # each request retired once
@@ -247,29 +246,6 @@ def test_cached_prompts_are_prefilled_together_beyond_the_image_limit(tokenizer)
     engine.run_until_idle()
     # One step encodes the image; the five twins share one prompt-only prefill step.
     assert runner.prefills[:2] == [[0], [1, 2, 3, 4, 5]] and runner.encoded == 1
-    assert idle(engine)
-
-
-def test_prompt_only_prefills_gather_while_rows_decode(tokenizer):
-    engine, runner = fake_engine(tokenizer, max_batch=6, max_prefill=1, prefix_cache_size=2, pipelined=False,
-                                 prefill_gather=3, prefill_wait=2)
-    runner.objects_for = lambda prompt: 10  # nobody finishes during the test
-    steps = []
-    launch_prefill, launch_decode = runner.launch_prefill, runner.launch_decode
-    runner.launch_prefill = lambda items, **kw: steps.append([i.row for i in items]) or launch_prefill(items, **kw)
-    runner.launch_decode = lambda *a: steps.append("decode") or launch_decode(*a)
-    engine.submit(IMAGES[1], "point", "star", max_objects=10)
-    engine.step()  # encodes the image
-    engine.submit(IMAGES[1], "point", "star", max_objects=10)
-    for _ in range(3):
-        engine.step()
-    # One cached request waits (fewer than 3) for two decode steps, then goes.
-    assert steps == [[0], "decode", "decode", [1]]
-    for _ in range(3):
-        engine.submit(IMAGES[1], "point", "star", max_objects=10)
-    engine.step()
-    assert steps[-1] == [2, 3, 4]  # three waiting: they go at once
-    engine.run_until_idle()
     assert idle(engine)
 
 

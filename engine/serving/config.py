@@ -20,11 +20,6 @@ class EngineConfig:
     max_queue: int = 1024            # waiting requests before `EngineBusy`
     max_prefill: int = 8             # new images encoded (prefilled) per step
     max_prefill_cached: int = 64     # requests with a cached image prefix prefilled per step (prompt only)
-    # A prefill step stops every decoding row. While rows decode, prompt-only prefills of cached
-    # images may wait to go together: until `prefill_gather` requests wait, or for `prefill_wait`
-    # decode steps at most. The default (1, 0) admits them at the next step; README has the A/B.
-    prefill_gather: int = 1
-    prefill_wait: int = 0
     crop_threads: int = 4            # threads making overlap crops (engine.serving.crops)
     prefix_cache_size: int = 8       # image prefixes kept on the device (LRU); 0 disables the cache
     mask_capacity: int = 1024        # grammar mask-table rows on the device (one per distinct allowed set)
@@ -34,13 +29,10 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         problems = [f"{name} must be a positive whole number, got {getattr(self, name)!r}"
-                    for name in ("max_batch", "max_queue", "max_prefill", "max_prefill_cached", "prefill_gather",
-                                 "crop_threads", "mask_capacity")
+                    for name in ("max_batch", "max_queue", "max_prefill", "max_prefill_cached", "crop_threads", "mask_capacity")
                     if not isinstance(getattr(self, name), int) or getattr(self, name) < 1]
         if not 1 <= self.max_objects <= MAX_OBJECTS_LIMIT:
             problems.append(f"max_objects must be between 1 and {MAX_OBJECTS_LIMIT}, got {self.max_objects}")
-        if not isinstance(self.prefill_wait, int) or self.prefill_wait < 0:
-            problems.append(f"prefill_wait must be 0 or more decode steps, got {self.prefill_wait!r}")
         if self.prefix_cache_size < 0:
             problems.append(f"prefix_cache_size must be 0 or more, got {self.prefix_cache_size}")
         if self.kernels not in KERNEL_CHOICES:

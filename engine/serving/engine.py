@@ -149,7 +149,6 @@ class Engine:
         self._wake = threading.Event()
         self.crops = CropService(cfg.vision, config.crop_threads, on_ready=self._wake.set)
         self._encoded_last = False  # the last launch encoded images: decode goes next
-        self._held = 0              # decode steps launched in a row while requests waited
         self._thread: threading.Thread | None = None
         self._stop = False
         self.steps = 0
@@ -339,14 +338,10 @@ class Engine:
         if not self.pipeline.can_launch():
             return None
         plan = self.scheduler.decode_plan(self.runner.batch_bucket)
-        # A prefill stops every decoding row while it runs: while rows decode, one decode step
-        # between two image encodings, and prompt-only prefills gather (EngineConfig.prefill_gather).
-        decoding = plan is not None
-        new_images = 0 if self._encoded_last and decoding else self.config.max_prefill
-        gathered = (self.scheduler.queued() >= self.config.prefill_gather
-                    or self._held >= self.config.prefill_wait)
-        cached = self.config.max_prefill_cached if gathered or not decoding else 0
-        admitted = self.scheduler.admit(new_images, cached, self.prefix_cache.get, self._crops_ready)
+        # An image prefill stops every decoding row while it runs: one decode step between two.
+        new_images = 0 if self._encoded_last and plan is not None else self.config.max_prefill
+        admitted = self.scheduler.admit(new_images, self.config.max_prefill_cached, self.prefix_cache.get,
+                                        self._crops_ready)
         admitted = [a for a in admitted if self._has_pixels(a.seq, a.prefix is not None)]
         ready = [a for a in admitted if self._attach_grammar(a.seq)]
         for a in reversed([a for a in admitted if a not in ready]):  # no mask rows yet: wait, first in line
@@ -365,13 +360,11 @@ class Engine:
                 if prefix is not None:
                     self.prefix_cache.put(a.seq.image_key, prefix)
             rows = [a.seq.row for a in admitted]
-            self._held = 0
             self.scheduler.on_launch(rows, advance_position=False)
             return self.pipeline.launch("prefill", rows, max(rows) + 1)
         if plan is None:
             return None
         self._encoded_last = False
-        self._held = self._held + 1 if self.scheduler.queued() else 0
         slot = self.pipeline.free_slot()
         self.runner.launch_decode(slot, plan.batch, plan.positions, self.runner.attn_bucket(plan.attn_len_needed - 1))
         self.scheduler.on_launch(plan.rows, advance_position=True)

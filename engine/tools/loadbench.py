@@ -230,8 +230,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-prefill", type=int, default=None, help="engine max_prefill: new images per step")
     p.add_argument("--max-prefill-cached", type=int, default=None, help="engine max_prefill_cached")
     p.add_argument("--crop-threads", type=int, default=None, help="engine crop_threads")
-    p.add_argument("--prefill-gather", type=int, default=None, help="engine prefill_gather")
-    p.add_argument("--prefill-wait", type=int, default=None, help="engine prefill_wait (decode steps)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the table as JSON here")
     p.add_argument("--url", default=None, metavar="URL",
@@ -266,9 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         tuning = {name: value for name, value in (("max_prefill", args.max_prefill),
                                                    ("max_prefill_cached", args.max_prefill_cached),
-                                                   ("crop_threads", args.crop_threads),
-                                                   ("prefill_gather", args.prefill_gather),
-                                                   ("prefill_wait", args.prefill_wait)) if value is not None}
+                                                   ("crop_threads", args.crop_threads)) if value is not None}
         try:
             # Random weights repeat boxes: the scenario runs every request to --max-objects, so the
             # repetition guard is off (start `python -m app.serve` with --no-repeat-guard likewise).
@@ -322,7 +318,6 @@ def main(argv: list[str] | None = None) -> int:
             settings = {} if engine is None else {
                 "max_batch": engine.config.max_batch, "max_prefill": engine.config.max_prefill,
                 "max_prefill_cached": engine.config.max_prefill_cached, "crop_threads": engine.config.crop_threads,
-                "prefill_gather": engine.config.prefill_gather, "prefill_wait": engine.config.prefill_wait,
                 "prefix_cache_size": args.prefix_cache}
             json.dump({"device": gpu, "preset": args.preset, "dtype": dtype, "size": [width, height],
                        "max_objects": args.max_objects, "target": where, **settings,
