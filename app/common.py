@@ -11,6 +11,11 @@ IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".
 LOAD_ERRORS = (CheckpointError, DeviceError, OSError)
 
 
+def one_line(e: BaseException) -> str:
+    """An error's message on one line, for a client or a log line."""
+    return " ".join(str(e).split())
+
+
 def open_engine(weights: str | Path | None, *, tokenizer: str | None = None, device: str = "auto",
                 dtype: str = "auto", max_batch: int = 16, max_objects: int = MAX_OBJECTS_LIMIT,
                 progress: bool = False, **config) -> Engine:

@@ -45,6 +45,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from app.common import one_line
 from app.serve_images import BadImageURL, ImageCache
 from app.serve_process import EngineGone, EngineProcess, ImageRefs
 from engine.model.pretrained import add_model_arguments
@@ -161,10 +162,6 @@ def chat_question(messages: object) -> tuple[str, object]:
     if question is None:
         raise HTTPError(400, "messages hold no user message; send one with the question and an image_url part")
     return question, image
-
-
-def one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())
 
 
 class MoondreamAPI:

@@ -36,6 +36,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
+from app.common import one_line
 from app.serve_images import ImageCache, data_url_payload, decode_payload, payload_digest
 from engine import Cancelled, DeadlineExceeded, EngineBusy, ImageError, RequestError
 
@@ -80,10 +81,6 @@ class ProcessHandle:
 
     def result(self, timeout: float | None = None) -> dict:
         return self.future.result(timeout)
-
-
-def one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())
 
 
 def portable(e: BaseException) -> BaseException:
@@ -139,13 +136,14 @@ class EngineProcess:
         with self.lock:
             self.handles[handle.id] = handle
             known = image.digest in self.known
+        def send(data: bytes | None) -> str:
+            self.send(("submit", handle.id, image.digest, data, skill, obj, options, on_object is not None))
+            return handle.ack.result()
+
         try:
-            self.send(("submit", handle.id, image.digest, None if known else image.data(), skill, obj, options,
-                       on_object is not None))
-            if handle.ack.result() == "miss":
+            if send(None if known else image.data()) == "miss":  # the child no longer holds it
                 handle.ack = Future()
-                self.send(("submit", handle.id, image.digest, image.data(), skill, obj, options, on_object is not None))
-                handle.ack.result()
+                send(image.data())
         except BaseException:
             with self.lock:
                 self.handles.pop(handle.id, None)
