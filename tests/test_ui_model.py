@@ -75,6 +75,7 @@ def test_browser_shows_model_vocabulary_examples_and_warning(embedded):
         vocab = page.locator("#vocabulary").first.inner_text()
         assert "only recognises" in vocab and all(w in vocab for w in SHAPES + COLOURS), vocab
         examples = page.locator("#query-examples").first
+        examples.get_by_text("red circle", exact=True).first.wait_for(state="visible")  # rows render after the block
         assert "red circle" in examples.inner_text()
         box = page.locator("#object textarea, #object input").first
         box.fill("red cat")
