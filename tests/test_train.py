@@ -394,6 +394,33 @@ def test_touch_all_gives_every_parameter_a_gradient(tiny_model, prompts):
     assert losses[True] == losses[False]     # the touches weigh 0
 
 
+def test_grouped_tails_match_gathered_tails(tiny_model, prompts):
+    """The expand path for tails that come image by image (`queries`) gives the forward and the
+    gradients of the gather path; grouped_queries recognises only that layout."""
+    batch = T.make_batch(TINY, prompts, 5, 0, batch=3, queries=2, scene_kw=SMALL_SCENES)
+    moved, meta = T.to_device({k: torch.from_numpy(v) for k, v in batch.items()}, torch.device("cpu"))
+    assert meta["queries"] == 2
+    assert T.grouped_queries(torch.tensor([0, 1, 1, 0]), 2) is None
+    assert T.grouped_queries(torch.tensor([0, 0, 1]), 2) is None
+    assert T.grouped_queries(torch.tensor([0, 0, 0, 1, 1, 1]), 2) == 3
+    results = []
+    for queries in (None, meta["queries"]):
+        tiny_model.zero_grad(set_to_none=True)
+        prefix = T.encode_images(tiny_model, moved["crops"], moved, meta["groups"])
+        tails = T.tail_embeddings(tiny_model, moved["tok"], moved["kind"], moved["cval"], moved["sval"])
+        hidden, att = T.text_forward(tiny_model, prefix, tails, moved["img"], (moved["g_idx"], 2), queries)
+        (hidden.square().mean() + att.exp().mean()).backward()
+        results.append((hidden.detach(), att.detach(), {n: p.grad.clone() for n, p in tiny_model.named_parameters()
+                                                       if p.grad is not None}))
+    tiny_model.zero_grad(set_to_none=True)
+    (h0, a0, g0), (h1, a1, g1) = results
+    torch.testing.assert_close(h1, h0)
+    torch.testing.assert_close(a1, a0)
+    assert g0.keys() == g1.keys() and len(g0) > 10
+    for name in g0:
+        torch.testing.assert_close(g1[name], g0[name], atol=1e-6, rtol=1e-5)
+
+
 def _digest(arrays) -> str:
     import hashlib
 

@@ -92,6 +92,7 @@ transformer at 1024 sequences per step.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -106,6 +107,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from engine.model.checkpoint import load_model, save_checkpoint
 from engine.model.config import PRESETS, MoondreamConfig
@@ -152,7 +154,7 @@ RECIPE: dict[str, Any] = {
     "empty_rate": 0.2,       # share of queries that match nothing
     "qa_frac": 0.0,          # share of sequences that are questions / captions (engine.training.qa); 0: none
     "minutes": None,         # wall-time budget (None: until `steps`)
-    "calibrate_s": 30.0,
+    "calibrate_s": 60.0,     # the rate is read over its second half (after 30 s the data workers' queues are full)
     "heldout": 150,          # after training: greedy detect + point (engine.model.reference) on this many
     "heldout_seed": 12345,   # held-out scenes of scene_batch(heldout_seed), ≤ heldout_s seconds
     "heldout_s": 30.0,       # (reserved out of --minutes); 0 scenes: skip
@@ -442,11 +444,11 @@ def project_batch(model: MoondreamModel, features: torch.Tensor, plan: dict[str,
     Returns [B, grid², D_text]."""
     outs, gpos, lpos = [], 0, 0
     for th, tw, count in groups:
-        glob = features[plan["glob_idx"][gpos:gpos + count]]                      # [count, g², Dv]
-        local = features[plan["local_idx"][lpos:lpos + count * th * tw]]          # [count·th·tw, g², Dv]
+        glob = rows(features, plan["glob_idx"][gpos:gpos + count])                 # [count, g², Dv]
+        local = rows(features, plan["local_idx"][lpos:lpos + count * th * tw])     # [count·th·tw, g², Dv]
         gpos, lpos = gpos + count, lpos + count * th * tw
         outs.append(model.vision.project_batch(glob, local.view(count, th * tw, *local.shape[1:]), (th, tw)))
-    return torch.cat(outs)[plan["inverse"]]
+    return rows(torch.cat(outs), plan["inverse"])
 
 
 def encode_images(model: MoondreamModel, crops: torch.Tensor, plan: dict[str, torch.Tensor],
@@ -462,7 +464,7 @@ def encode_images(model: MoondreamModel, crops: torch.Tensor, plan: dict[str, to
 def tail_embeddings(model: MoondreamModel, tok: torch.Tensor, kind: torch.Tensor, cval: torch.Tensor, sval: torch.Tensor) -> torch.Tensor:
     """[N, T] ids / slot kinds / values → [N, T, D]: wte rows, or coord/size encodings at slots.
     The Fourier maps run in fp32 (angles up to ~100 rad lose their phase in bf16)."""
-    emb = model.text.wte[tok]
+    emb = F.embedding(tok, model.text.wte)
     with torch.autocast(device_type=tok.device.type, enabled=False):
         coord = model.region.encode_coord(cval[..., None].float())
         size = model.region.encode_size(sval.float())
@@ -476,8 +478,33 @@ def _heads(model: MoondreamModel, block, h: torch.Tensor, cos: torch.Tensor, sin
     return (x.transpose(1, 2) for x in model.text.heads(block, h, (cos[:, None, None], sin[:, None, None])))
 
 
+def rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """x[idx] along dim 0 as `index_select`: its backward is an `index_add_` (on CUDA, plain
+    indexing's backward is a sort-based accumulate that took over half of the training step)."""
+    return x.index_select(0, idx)
+
+
+def per_tail(x: torch.Tensor, img: torch.Tensor, queries: int | None) -> torch.Tensor:
+    """Per-image rows x [B, ...] → per-tail rows [N, ...] (tail n of image img[n]). With `queries`
+    (the tails come image by image, `queries` each) an expand whose backward is a sum."""
+    if queries is None:
+        return rows(x, img)
+    b = x.shape[0]
+    return x[:, None].expand(b, queries, *x.shape[1:]).reshape(b * queries, *x.shape[1:])
+
+
+def grouped_queries(img: torch.Tensor, n_images: int) -> int | None:
+    """Q when img (CPU) is [0]*Q + [1]*Q + … + [n_images-1]*Q, else None."""
+    n = img.shape[0]
+    if n_images == 0 or n % n_images:
+        return None
+    q = n // n_images
+    return q if torch.equal(img.cpu(), torch.arange(n_images).repeat_interleave(q)) else None
+
+
 def text_forward(model: MoondreamModel, prefix: torch.Tensor, tails: torch.Tensor, img: torch.Tensor,
-                 probe: tuple[torch.Tensor, int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                 probe: tuple[torch.Tensor, int] | None = None,
+                 queries: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Shared-prefix training forward; returns the raw (pre post_ln) hidden of the tails [N, T, D].
 
     prefix [B, P, D] at positions 0..P-1 (bidirectional); tails [N, T, D] at positions P..P+T-1,
@@ -488,6 +515,8 @@ def text_forward(model: MoondreamModel, prefix: torch.Tensor, tails: torch.Tenso
 
     probe = (flat tail positions [M], heads h): also return the last layer's attention
     log-probabilities of those positions over the image tokens, [M, h, P-1] (first h heads).
+
+    queries: the tails come image by image, this many each (`grouped_queries`), or None.
     """
     text, cfg = model.text, model.config.text
     b, p, _ = prefix.shape
@@ -504,8 +533,8 @@ def text_forward(model: MoondreamModel, prefix: torch.Tensor, tails: torch.Tenso
         qp, kp, vp = _heads(model, block, hp, cos[:p], sin[:p])
         ht = block.ln(xt)
         qt, kt, vt = _heads(model, block, ht, cos[p:], sin[p:])
-        k = torch.cat([kp[img], kt.to(kp.dtype)], dim=2)
-        v = torch.cat([vp[img], vt.to(vp.dtype)], dim=2)
+        k = torch.cat([per_tail(kp, img, queries), kt.to(kp.dtype)], dim=2)
+        v = torch.cat([per_tail(vp, img, queries), vt.to(vp.dtype)], dim=2)
         at = F.scaled_dot_product_attention(qt.to(k.dtype), k, v, attn_mask=mask)
         xt = xt + block.attn.proj(at.transpose(1, 2).reshape(n, t, -1)) + block.mlp(ht)
         if layer < last:   # the prefix's last-layer output feeds nothing
@@ -522,8 +551,8 @@ def _probe_attention(qt, kp, kt, img, probe, p: int, t: int) -> torch.Tensor:
     seq, pos = idx // t, idx % t
     q = qt[seq, :heads, pos].to(kp.dtype)                                  # [M, h, hd]
     scale = q.shape[-1] ** -0.5
-    s_img = torch.einsum("mhd,mhkd->mhk", q, kp[img[seq], :heads]).float() * scale
-    s_tail = torch.einsum("mhd,mhkd->mhk", q, kt[seq, :heads].to(kp.dtype)).float() * scale
+    s_img = torch.einsum("mhd,mhkd->mhk", q, rows(kp[:, :heads], img[seq])).float() * scale
+    s_tail = torch.einsum("mhd,mhkd->mhk", q, rows(kt[:, :heads], seq).to(kp.dtype)).float() * scale
     future = torch.arange(t, device=idx.device)[None, None, :] > pos[:, None, None]
     scores = torch.cat([s_img, s_tail.masked_fill(future, float("-inf"))], dim=-1)
     return scores.log_softmax(-1)[..., 1:p]                               # image tokens (BOS excluded)
@@ -584,14 +613,14 @@ def compute_losses(model: MoondreamModel, batch: dict[str, torch.Tensor], meta: 
     w = recipe["loss_weights"]
     heads = max(1, int(model.config.text.n_heads * recipe["ground_heads"]))
     att_probe = (batch["g_idx"], heads) if w["ground"] > 0 and meta["n_ground"] else None
-    hidden, att = text_forward(model, prefix, tails.float(), batch["img"], att_probe)
+    hidden, att = text_forward(model, prefix, tails.float(), batch["img"], att_probe, meta.get("queries"))
     hidden = hidden.flatten(0, 1)
 
-    lm_logits = model.text.logits(hidden[batch["lm_idx"]]).float()
+    lm_logits = model.text.logits(rows(hidden, batch["lm_idx"])).float()
     lm = F.cross_entropy(lm_logits, batch["lm_y"])
     right = (lm_logits.detach().argmax(-1) == batch["lm_y"]).float()
     qa = batch["lm_qa"].float()
-    c_logits = model.region.coord_logits(hidden[batch["c_idx"]])
+    c_logits = model.region.coord_logits(rows(hidden, batch["c_idx"]))
     has_coord = batch["c_idx"].shape[0] > 0    # (a batch of only questions and empty queries has none)
     unused = hidden.sum() * 0.0     # the value of a loss term with no targets in this batch
     one = hidden[:1]                # the row a zero-weight term runs the untrained heads on (touch_all)
@@ -604,7 +633,7 @@ def compute_losses(model: MoondreamModel, batch: dict[str, torch.Tensor], meta: 
            "coord_err": (c_logits.detach().argmax(-1) - batch["c_y"]).abs().float().sum()
            / max(1, batch["c_y"].shape[0]) / model.config.region.coord_bins}
     if meta["n_sizes"]:
-        s_logits = model.region.size_logits(hidden[batch["s_idx"]])          # [M, 2, bins]
+        s_logits = model.region.size_logits(rows(hidden, batch["s_idx"]))          # [M, 2, bins]
         size = soft_bin_ce(s_logits.flatten(0, 1), batch["s_y"].flatten(), size_sigma)
         out["size_err"] = (s_logits.detach().argmax(-1) - batch["s_y"]).abs().float().mean() * 10 / (model.config.region.size_bins - 1)
     else:
@@ -613,11 +642,11 @@ def compute_losses(model: MoondreamModel, batch: dict[str, torch.Tensor], meta: 
     ground = grounding_loss(att, batch["g_box"], model.config.vision.grid) if att is not None else unused
     probe = unused
     if probes is not None and has_coord:
-        hc = hidden[batch["c_idx"]].float()
+        hc = rows(hidden, batch["c_idx"]).float()
         pred = torch.where(batch["c_is_y"], probes.y(hc)[:, 0], probes.x(hc)[:, 0])
         probe = F.mse_loss(pred, batch["c_y"].float() / model.config.region.coord_bins)
         if meta["n_sizes"]:
-            hs = hidden[batch["s_idx"]].float()
+            hs = rows(hidden, batch["s_idx"]).float()
             probe = probe + F.mse_loss(probes.wh(hs), batch["s_y"].float() / (model.config.region.size_bins - 1))
     if probes is not None and touch_all and not meta["n_sizes"]:   # (no coordinates implies no sizes)
         h1 = one.float()
@@ -782,7 +811,8 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> tuple[dic
     `meta` holds the few Python values the forward branches on."""
     meta = {"groups": [tuple(g) for g in batch["groups"].tolist()], "n_images": int(batch["n_crops"].shape[0]),
             "n_seqs": int(batch["img"].shape[0]), "n_sizes": int(batch["s_idx"].shape[0]),
-            "n_ground": int(batch["g_idx"].shape[0])}
+            "n_ground": int(batch["g_idx"].shape[0]),
+            "queries": grouped_queries(batch["img"], int(batch["n_crops"].shape[0]))}
     nb = device.type == "cuda"
     return {k: batch[k].to(device, non_blocking=nb) for k in DEVICE_KEYS}, meta
 
@@ -879,6 +909,8 @@ def _train_ranks(out: str | Path, ranks: Ranks, *, preset: str | None, config: M
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast("cpu", enabled=False)
+    # not cuDNN attention: it plans each new shape on the CPU (~4 ms a call; every batch has other shapes)
+    attention = functools.partial(sdpa_kernel, [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
     net: torch.nn.Module = LossModule(model, probes, recipe, touch_all=ranks.parallel and not find_unused)
     if ranks.parallel:
         net = torch.nn.parallel.DistributedDataParallel(
@@ -1002,7 +1034,7 @@ def _train_ranks(out: str | Path, ranks: Ranks, *, preset: str | None, config: M
             lr = schedule.lr(step, now)
             for g in opt.param_groups:
                 g["lr"] = lr
-            with autocast:
+            with autocast, attention():
                 losses = net(batch, meta, step / total)
             opt.zero_grad(set_to_none=True)
             losses["loss"].backward()
