@@ -74,6 +74,31 @@ def test_backgrounds_stay_far_from_object_colours():
     assert set(kinds) == set(scenes.BACKGROUNDS)
 
 
+def test_background_colour_draws_as_the_scalar_loop_did():
+    """`bg_colour` (vectorised) returns what one colorsys call per candidate gave, and leaves the
+    generator where that loop left it, so the training stream is unchanged."""
+    import colorsys
+
+    def scalar(rng):
+        for _ in range(4):
+            cand = np.array([colorsys.hsv_to_rgb(rng.random(), rng.uniform(0.0, 0.28), rng.uniform(0.32, 0.72))
+                             for _ in range(64)]) * 255.0
+            dist = np.sqrt(((cand[:, None, :] - scenes.OBJECT_RGB[None]) ** 2).sum(-1)).min(1)
+            ok = np.flatnonzero(dist >= scenes.MIN_BG_DISTANCE)
+            if ok.size:
+                return cand[ok[0]]
+        return np.array([128.0, 128.0, 128.0])
+
+    for seed in range(300):
+        a, b = np.random.default_rng(seed), np.random.default_rng(seed)
+        assert np.array_equal(scenes.bg_colour(a), scalar(b))
+        assert a.random() == b.random()
+    h = np.array([0.0, 1 / 6, 0.5, 0.9999999, 5 / 6, 0.3])
+    s = np.array([0.0, 0.1, 0.28, 0.0, 0.2, 1.0])
+    v = np.array([0.32, 0.5, 0.72, 0.4, 0.6, 1.0])
+    assert np.array_equal(scenes.hsv_to_rgb(h, s, v), np.array([colorsys.hsv_to_rgb(*x) for x in zip(h, s, v)]))
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_render_shape(shape):
     masks = [render_shape(shape, d, a) for d in (12, 31.5, 80) for a in (-10, 0, 10, 45, 137)]
