@@ -2,7 +2,7 @@
 
     python -m app.serve_cost [--size 640x480] [--requests 200] [--conc 8] [--modes unique,same]
                              [--http auto|h11|httptools] [--loop auto|asyncio|uvloop]
-                             [--engines thread,process]
+                             [--engines thread,process] [--connections keep|new]
 
 The engine's step loop runs in a thread of the server's process, so every millisecond of
 GIL-holding Python work the server does per request slows the engine too. Two parts:
@@ -26,6 +26,7 @@ import argparse
 import base64
 import cProfile
 import hashlib
+import http.client
 import io
 import json
 import multiprocessing
@@ -33,6 +34,7 @@ import pstats
 import statistics
 import threading
 import time
+import urllib.parse
 import urllib.request
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -143,25 +145,38 @@ def stage_costs(body: bytes, repeats: int) -> dict[str, float]:
     return costs
 
 
-def client_process(url: str, bodies: list[bytes], conc: int, results) -> None:
-    """`conc` threads send `bodies` (each once, in order) as the loadbench's HTTP client does."""
+def client_process(url: str, bodies: list[bytes], conc: int, results, keep: bool = True) -> None:
+    """`conc` threads send `bodies` (each once, in order) as the loadbench's HTTP client does:
+    each thread on one keep-alive connection (keep), or a new connection per request as the
+    `moondream` client does (urllib)."""
     work = iter(range(len(bodies)))
     lock = threading.Lock()
     failures: list[str] = []
+    parts = urllib.parse.urlsplit(url)
+    headers = {"Content-Type": "application/json"}
+
+    def post(conn: http.client.HTTPConnection | None, body: bytes) -> bytes:
+        if conn is None:
+            req = urllib.request.Request(url, data=body, headers=headers)
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return r.read()
+        conn.request("POST", parts.path, body, headers)
+        return conn.getresponse().read()
 
     def client() -> None:
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120) if keep else None
         while True:
             with lock:
                 i = next(work, None)
             if i is None:
-                return
-            req = urllib.request.Request(url, data=bodies[i], headers={"Content-Type": "application/json"})
+                break
             try:
-                with urllib.request.urlopen(req, timeout=120) as r:
-                    if len(json.loads(r.read())["objects"]) != 10:
-                        failures.append("wrong answer")
+                if len(json.loads(post(conn, bodies[i]))["objects"]) != 10:
+                    failures.append("wrong answer")
             except Exception as e:  # noqa: BLE001 - reported to the parent
                 failures.append(f"{type(e).__name__}: {e}")
+        if conn is not None:
+            conn.close()
 
     with ThreadPoolExecutor(conc) as pool:
         for _ in range(conc):
@@ -196,7 +211,7 @@ def loop_rate(engine, seconds: float) -> float:
 
 
 def end_to_end(bodies: list[bytes], conc: int, http: str, loop: str, port: int, in_child: bool = False,
-               profile: cProfile.Profile | None = None) -> dict[str, float]:
+               profile: cProfile.Profile | None = None, keep: bool = True) -> dict[str, float]:
     import uvicorn
 
     engine = EngineProcess.open(factory=NullEngine) if in_child else NullEngine().start()
@@ -219,7 +234,7 @@ def end_to_end(bodies: list[bytes], conc: int, http: str, loop: str, port: int, 
     url = f"http://127.0.0.1:{port}/v1/detect"
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
-    worker = ctx.Process(target=client_process, args=(url, bodies, conc, results))
+    worker = ctx.Process(target=client_process, args=(url, bodies, conc, results, keep))
     units, before, start = engine.decode_steps, cpu(), time.perf_counter()
     worker.start()
     failures = results.get()
@@ -255,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engines", default="thread,process",
                    help="thread: the engine in the server's process (default app.serve); process: in a child "
                         "(app.serve --engine-process)")
+    p.add_argument("--connections", default="keep", choices=["keep", "new"],
+                   help="keep: one keep-alive connection per client thread (engine.loadbench --url); new: one per "
+                        "request (the moondream client)")
     p.add_argument("--port", type=int, default=2091)
     p.add_argument("--repeats", type=int, default=30, help="repeats per stage (default 30)")
     p.add_argument("--profile", type=int, default=0, metavar="N",
@@ -266,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     print("stage (one thread)               ms/request")
     for name, ms in stage_costs(body, args.repeats).items():
         print(f"  {name:<31}{ms:8.2f}")
-    print(f"end to end: uvicorn http={args.http} loop={args.loop}, {args.conc} clients, {args.requests} requests")
+    print(f"end to end: uvicorn http={args.http} loop={args.loop}, {args.conc} clients ({args.connections} "
+          f"connections), {args.requests} requests")
     print(f"  {'engine':<8}{'mode':<8}{'req/s':>8}{'server CPU ms/req':>20}{'engine proc. ms/req':>21}"
           f"{'probe kept':>12}")
     for where, mode in ((w, m) for w in args.engines.split(",") for m in args.modes.split(",")):
@@ -275,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             bodies = [request_body(noise_jpeg(width, height, 1 + i)) for i in range(args.requests)]
         profile = cProfile.Profile() if args.profile else None
-        row = end_to_end(bodies, args.conc, args.http, args.loop, args.port, where == "process", profile)
+        row = end_to_end(bodies, args.conc, args.http, args.loop, args.port, where == "process", profile,
+                         args.connections == "keep")
         print(f"  {where:<8}{mode:<8}{row['req/s']:8.1f}{row['server CPU ms/req']:20.2f}"
               f"{row['engine process ms/req']:21.2f}{row['probe kept']:12.2f}", flush=True)
         if profile is not None:
