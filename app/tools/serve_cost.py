@@ -26,7 +26,6 @@ import argparse
 import base64
 import cProfile
 import hashlib
-import http.client
 import io
 import json
 import multiprocessing
@@ -34,7 +33,6 @@ import pstats
 import statistics
 import threading
 import time
-import urllib.parse
 import urllib.request
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -44,6 +42,7 @@ from PIL import Image
 from app.serve import build_app
 from app.serve_process import EngineProcess
 from engine.serving.crops import decode_image
+from engine.tools.loadbench import HttpTarget
 
 OBJECT = "car"
 ANSWER = {"objects": [{"x_min": 0.1 * i, "y_min": 0.2, "x_max": 0.1 * i + 0.05, "y_max": 0.4, "score": 0.9}
@@ -146,37 +145,36 @@ def stage_costs(body: bytes, repeats: int) -> dict[str, float]:
 
 
 def client_process(url: str, bodies: list[bytes], conc: int, results, keep: bool = True) -> None:
-    """`conc` threads send `bodies` (each once, in order) as the loadbench's HTTP client does:
-    each thread on one keep-alive connection (keep), or a new connection per request as the
-    `moondream` client does (urllib)."""
+    """`conc` threads send `bodies` (each once, in order) to `url` (.../v1/detect): each thread on
+    one keep-alive connection as `engine.loadbench --url` sends (keep), or a new connection per
+    request as the `moondream` client does (urllib)."""
     work = iter(range(len(bodies)))
     lock = threading.Lock()
     failures: list[str] = []
-    parts = urllib.parse.urlsplit(url)
-    headers = {"Content-Type": "application/json"}
+    root, _, task = url.rpartition("/")
+    target = HttpTarget(root)
 
-    def post(conn: http.client.HTTPConnection | None, body: bytes) -> bytes:
-        if conn is None:
-            req = urllib.request.Request(url, data=body, headers=headers)
-            with urllib.request.urlopen(req, timeout=120) as r:
-                return r.read()
-        conn.request("POST", parts.path, body, headers)
-        return conn.getresponse().read()
+    def post(body: bytes) -> bytes:
+        if keep:
+            status, data = target.post(f"{target.path}/{task}", body)
+            if status != 200:
+                raise RuntimeError(f"HTTP {status}: {data[:200]!r}")
+            return data
+        req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.read()
 
     def client() -> None:
-        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120) if keep else None
         while True:
             with lock:
                 i = next(work, None)
             if i is None:
-                break
+                return
             try:
-                if len(json.loads(post(conn, bodies[i]))["objects"]) != 10:
+                if len(json.loads(post(bodies[i]))["objects"]) != 10:
                     failures.append("wrong answer")
             except Exception as e:  # noqa: BLE001 - reported to the parent
                 failures.append(f"{type(e).__name__}: {e}")
-        if conn is not None:
-            conn.close()
 
     with ThreadPoolExecutor(conc) as pool:
         for _ in range(conc):
