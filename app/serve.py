@@ -106,6 +106,8 @@ class Metrics:
               registry=self.registry).set_function(lambda: engine.pools()["running"])
         Gauge("mdpipe_decode_steps", "decode steps since start (rate() gives steps/s)",
               registry=self.registry).set_function(lambda: engine.decode_steps)
+        Gauge("mdpipe_prefill_steps", "prefill steps since start (each stops the decoding rows while it runs)",
+              registry=self.registry).set_function(lambda: engine.prefill_steps)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

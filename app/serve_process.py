@@ -4,7 +4,8 @@ In the default mode the server's Python (HTTP parsing, JSON, hashing, submit) sh
 with the engine's step loop. Here the `Engine` lives in a child process (multiprocessing
 "spawn": CUDA and libvips are not fork-safe) and the server talks to it through `EngineProcess`,
 a proxy with the part of the `Engine` API `app.serve` uses: `submit` (a handle whose `future`
-resolves and whose chunks arrive asynchronously), `cancel`, `queued`, `pools`, `decode_steps`.
+resolves and whose chunks arrive asynchronously), `cancel`, `queued`, `pools`, `decode_steps`,
+`prefill_steps`.
 
 Wire: one `multiprocessing` Pipe of small pickled tuples, one reader thread per side.
 
@@ -13,7 +14,7 @@ Wire: one `multiprocessing` Pipe of small pickled tuples, one reader thread per 
     child → server   ("ready", line) | ("load_error", message)     once, at start
                      ("accepted", rid) | ("refused", rid, error) | ("miss", rid)
                      ("chunk", rid, chunk)   ("done", rid, result) | ("failed", rid, error)
-                     ("stats", queued, pools, decode_steps)        every STATS_PERIOD s
+                     ("stats", queued, pools, decode_steps, prefill_steps)   every STATS_PERIOD s
 
 Images: the server sends a data URL's SHA-256 (`payload_digest`) and, the first time, the
 encoded file's bytes; the child decodes them on its own threads (Pillow releases the GIL) into
@@ -101,7 +102,7 @@ class EngineProcess:
         self.handles: dict[int, ProcessHandle] = {}
         self.ids = itertools.count(1)
         self.known: OrderedDict[bytes, None] = OrderedDict()
-        self.stats = (0, {"running": 0, "rows_in_use": 0, "waiting": 0, "steps_in_flight": 0}, 0)
+        self.stats = (0, {"running": 0, "rows_in_use": 0, "waiting": 0, "steps_in_flight": 0}, 0, 0)
         self.gone: str | None = None
         self.startup = ""
         self.loaded: Future = Future()
@@ -171,6 +172,10 @@ class EngineProcess:
     @property
     def decode_steps(self) -> int:
         return self.stats[2]
+
+    @property
+    def prefill_steps(self) -> int:
+        return self.stats[3]
 
     def pause(self, held: bool = True) -> None:
         """Hold (or release) the child's step loop: requests queue but are not decoded (tests)."""
@@ -349,7 +354,8 @@ class EngineChild:
 
     def report(self) -> None:
         while not self.stopping.wait(STATS_PERIOD):
-            self.outbox.put(("stats", self.engine.queued(), self.engine.pools(), self.engine.decode_steps))
+            self.outbox.put(("stats", self.engine.queued(), self.engine.pools(), self.engine.decode_steps,
+                            self.engine.prefill_steps))
 
     def write(self) -> None:
         while (message := self.outbox.get()) is not None:

@@ -21,6 +21,8 @@ def test_loadbench_tiny_cpu_writes_every_row(tmp_path, capsys):
     for r in data["rows"]:
         assert r["requests"] == (2 if r["c"] == 1 else 3)
         assert r["req_per_s"] > 0 and r["decode_steps_per_s"] > 0
+        # one client: every request is prefilled in a step of its own; three: some may share one
+        assert r["prefill_steps_per_request"] == 1.0 if r["c"] == 1 else 1 / 3 <= r["prefill_steps_per_request"] <= 1.0
         assert 0 < r["first_object_mean_ms"] <= r["latency_mean_ms"]
         assert r["latency_p50_ms"] <= r["latency_p90_ms"]
     assert "req/s" in capsys.readouterr().out
@@ -40,8 +42,8 @@ class ShortTarget:
     def send(self, image, task, max_objects):
         return {"objects": [], "points": []}, None
 
-    def decode_steps(self) -> int:
-        return 0
+    def steps(self) -> tuple[int, int]:
+        return 0, 0
 
 
 def test_a_short_answer_voids_the_run():
@@ -79,3 +81,4 @@ def test_loadbench_drives_the_http_server(tmp_path):
     assert [(r["image"], r["c"]) for r in report["rows"]] == [("unique", 1), ("unique", 2), ("same", 1), ("same", 2)]
     assert all(r["req_per_s"] > 0 and r["decode_steps_per_s"] > 0 and r["first_object_mean_ms"] is None
                for r in report["rows"])
+    assert [r["prefill_steps_per_request"] for r in report["rows"] if r["c"] == 1] == [1.0, 1.0]  # read from /metrics

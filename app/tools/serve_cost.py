@@ -73,6 +73,8 @@ class NullEngine:
     """What `Engine.submit` does to a request's image (decode, key), then an answer at once; its
     "step loop" is a `Probe` (`decode_steps` counts its work units)."""
 
+    prefill_steps = 0  # it never prefills
+
     def __init__(self, **_options) -> None:
         self.probe = Probe()
 

@@ -153,6 +153,7 @@ class Engine:
         self._stop = False
         self.steps = 0
         self.decode_steps = 0
+        self.prefill_steps = 0   # prefill steps launched (each stops the decoding rows while it runs)
         self.model_info: ModelInfo | None = None   # set by from_pretrained
 
     @classmethod
@@ -361,6 +362,7 @@ class Engine:
                     self.prefix_cache.put(a.seq.image_key, prefix)
             rows = [a.seq.row for a in admitted]
             self.scheduler.on_launch(rows, advance_position=False)
+            self.prefill_steps += 1
             return self.pipeline.launch("prefill", rows, max(rows) + 1)
         if plan is None:
             return None

@@ -85,8 +85,9 @@ class EngineTarget:
                                     on_object=lambda _obj: first or first.append(time.perf_counter()))
         return handle.result(), (first[0] if first else None)
 
-    def decode_steps(self) -> int:
-        return self.engine.decode_steps
+    def steps(self) -> tuple[int, int]:
+        """(decode steps, prefill steps) so far."""
+        return self.engine.decode_steps, self.engine.prefill_steps
 
 
 class HttpTarget:
@@ -158,13 +159,17 @@ class HttpTarget:
         """Encode `image` once, before the timed wave (the `same` mode's one image)."""
         self.encoded[id(image)] = self.image_url(image)
 
-    def decode_steps(self) -> int:
+    def steps(self) -> tuple[int, int]:
+        """(decode steps, prefill steps) so far, from the server's /metrics."""
         root = self.url.removesuffix("/v1")
         with urllib.request.urlopen(f"{root}/metrics", timeout=60) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith("mdpipe_decode_steps "):
-                    return int(float(line.split()[1]))
-        raise RuntimeError(f"{root}/metrics has no mdpipe_decode_steps: is this python -m app.serve?")
+            values = {name: int(float(value)) for name, _, value in
+                      (line.partition(" ") for line in r.read().decode().splitlines() if line and not line.startswith("#"))}
+        try:
+            return values["mdpipe_decode_steps"], values["mdpipe_prefill_steps"]
+        except KeyError:
+            raise RuntimeError(f"{root}/metrics has no mdpipe_decode_steps / mdpipe_prefill_steps: "
+                               "is this python -m app.serve?") from None
 
 
 def run_wave(target, images: ImageSource, task: str, clients: int, per_client: int, max_objects: int) -> dict:
@@ -193,7 +198,7 @@ def run_wave(target, images: ImageSource, task: str, clients: int, per_client: i
                 first_object.append(first - start if first is not None else float("nan"))
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
-    steps0 = target.decode_steps()
+    steps0 = target.steps()
     start = time.perf_counter()
     for t in threads:
         t.start()
@@ -202,8 +207,9 @@ def run_wave(target, images: ImageSource, task: str, clients: int, per_client: i
     wall = time.perf_counter() - start
     if errors:
         raise errors[0]
+    steps = target.steps()
     return {"latencies": latencies, "first_object": first_object, "wall": wall,
-            "decode_steps": target.decode_steps() - steps0}
+            "decode_steps": steps[0] - steps0[0], "prefill_steps": steps[1] - steps0[1]}
 
 
 @torch.inference_mode()
@@ -237,7 +243,8 @@ def summarise(task: str, mode: str, clients: int, raw: dict) -> dict:
             "latency_p90_ms": float(np.percentile(lat, 90)),
             "first_object_mean_ms": float(np.nanmean(ttfo)) if np.isfinite(ttfo).any() else None,
             "first_object_p50_ms": float(np.nanpercentile(ttfo, 50)) if np.isfinite(ttfo).any() else None,
-            "decode_steps_per_s": raw["decode_steps"] / raw["wall"]}
+            "decode_steps_per_s": raw["decode_steps"] / raw["wall"],
+            "prefill_steps_per_request": raw["prefill_steps"] / n}
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -344,12 +351,12 @@ def main(argv: list[str] | None = None) -> int:
         print("prefill step of new images (vision + prefix + prompt): "
               + ", ".join(f"{n} image{'s' * (n > 1)} {ms:.1f} ms ({ms / n:.1f} ms/image)" for n, ms in probe.items()))
     print(f"{'task':>6} {'image':>6} {'c':>3} {'reqs':>5} {'req/s':>8} {'mean ms':>8} {'p50 ms':>8} {'p90 ms':>8} "
-          f"{'1st obj ms':>10} {'decode steps/s':>14}")
+          f"{'1st obj ms':>10} {'decode steps/s':>14} {'prefills/req':>12}")
     for r in rows:
         print(f"{r['task']:>6} {r['image']:>6} {r['c']:>3} {r['requests']:>5} {r['req_per_s']:>8.1f} "
               f"{r['latency_mean_ms']:>8.1f} {r['latency_p50_ms']:>8.1f} {r['latency_p90_ms']:>8.1f} "
               f"{'n/a' if r['first_object_mean_ms'] is None else format(r['first_object_mean_ms'], '.1f'):>10} "
-              f"{r['decode_steps_per_s']:>14.1f}")
+              f"{r['decode_steps_per_s']:>14.1f} {r['prefill_steps_per_request']:>12.2f}")
     if args.json:
         with open(args.json, "w") as f:
             settings = {} if engine is None else {
