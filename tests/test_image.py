@@ -209,7 +209,7 @@ def test_serving_resizes_with_pyvips():
     assert RESIZER == "pyvips"
 
 
-@pytest.mark.parametrize("resizer", ["pyvips", "pillow"])
+@pytest.mark.parametrize("resizer", ["pyvips", "torch", "pillow"])
 def test_resize_facts(resizer):
     flat = np.full((61, 83, 3), (12, 200, 77), dtype=np.uint8)
     np.testing.assert_array_equal(resize_rgb(flat, 378, 378, resizer), np.broadcast_to(flat[:1, :1], (378, 378, 3)))

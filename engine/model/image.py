@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from .config import VisionConfig
+from .resize import vips_resize
 
 __all__ = [
     "ImageError",
@@ -365,7 +366,8 @@ try:
 except (ImportError, OSError):  # no pyvips, or pyvips without its libvips
     pyvips = None
 
-#: Which resampler `overlap_crop_image` uses: "pyvips" (the reference's) or "pillow" (its fallback).
+#: Which resampler `overlap_crop_image` uses: "pyvips" (the reference's) or "pillow" (its fallback);
+#: "torch" (libvips' arithmetic in torch, the same pixels as "pyvips") is chosen explicitly.
 RESIZER = "pyvips" if pyvips is not None else "pillow"
 
 
@@ -375,9 +377,13 @@ def resize_rgb(pixels: np.ndarray, height: int, width: int, resizer: str | None 
     With pyvips (libvips releases the GIL and runs multi-threaded) the image is scaled by the
     factors width/W and height/H, as the reference does; libvips may round the result to one
     pixel less or more, so it is placed on a zero canvas of the exact size (the reference keeps
-    those missing pixels zero too). Pillow's LANCZOS is the reference's own fallback.
+    those missing pixels zero too). "torch" computes libvips' arithmetic with torch
+    (`engine.model.resize.vips_resize`): the same pixels, on any device. Pillow's LANCZOS is the
+    reference's own fallback.
     """
     resizer = resizer or RESIZER
+    if resizer == "torch":  # libvips' arithmetic as torch matrices (engine.model.resize): the same pixels
+        return resize_tensor(torch.from_numpy(np.require(pixels, requirements=["C", "W"])), height, width).numpy()
     if resizer == "pyvips":
         if pyvips is None:
             raise ValueError("pyvips is not installed; pip install pyvips pyvips-binary, or use resizer='pillow'")
@@ -391,7 +397,7 @@ def resize_rgb(pixels: np.ndarray, height: int, width: int, resizer: str | None 
         return canvas
     if resizer == "pillow":
         return np.asarray(Image.fromarray(pixels).resize((width, height), Image.Resampling.LANCZOS))
-    raise ValueError(f"unknown resizer {resizer!r}; choose pyvips or pillow")
+    raise ValueError(f"unknown resizer {resizer!r}; choose pyvips, torch or pillow")
 
 
 @dataclass(frozen=True)
@@ -430,28 +436,43 @@ def overlap_crop_image(
     (th*window + 2*margin_px) x (tw*window + 2*margin_px); tile (i, j) is the crop x crop window
     at (i*window, j*window). `tiling` overrides :func:`select_tiling` (tests / experiments).
     """
-    pil = _as_rgb_pil(image)
+    pixels = np.asarray(_as_rgb_pil(image))                        # [H, W, 3] uint8
+    crops, tiling = _crops(pixels, cfg, tiling, lambda h, w: resize_rgb(pixels, h, w, resizer), np.stack)
+    return OverlapCrops(crops=crops, tiling=tiling)
+
+
+def overlap_crops_tensor(pixels: torch.Tensor, cfg: VisionConfig, *,
+                         tiling: tuple[int, int] | None = None) -> tuple[torch.Tensor, tuple[int, int]]:
+    """`overlap_crop_image` of uint8 RGB pixels [H, W, 3] already on a device (a GPU, say), by
+    libvips' arithmetic in torch (`engine.model.resize`): the same crops as libvips', as uint8
+    [1 + th*tw, crop, crop, 3] on that device, and the tiling (th, tw)."""
+    return _crops(pixels, cfg, tiling, lambda h, w: resize_tensor(pixels, h, w), torch.stack)
+
+
+def _crops(pixels, cfg: VisionConfig, tiling, resize, stack):
+    """The global crop and the tiles of `pixels` [H, W, 3]; `resize(h, w)` resizes them, `stack` joins crops."""
     crop, window, margin_px = _geometry(cfg)
-    width, height = pil.size
+    height, width = int(pixels.shape[0]), int(pixels.shape[1])
     if tiling is None:
         tiling = select_tiling(height - 2 * margin_px, width - 2 * margin_px, window, cfg.max_crops)
     th, tw = int(tiling[0]), int(tiling[1])
     if th < 1 or tw < 1:
         raise ValueError(f"tiling must be at least (1, 1), got {tiling}")
+    canvas = resize(th * window + 2 * margin_px, tw * window + 2 * margin_px)   # [canvas_h, canvas_w, 3]
+    tiles = [canvas[i * window:i * window + crop, j * window:j * window + crop] for i in range(th) for j in range(tw)]
+    return stack([resize(crop, crop)] + tiles), (th, tw)                       # [1 + th*tw, crop, crop, 3]
 
-    n = 1 + th * tw
-    pixels = np.asarray(pil)                                       # [H, W, 3] uint8
-    crops = np.empty((n, crop, crop, 3), dtype=np.uint8)
-    crops[0] = resize_rgb(pixels, crop, crop, resizer)
 
-    target_h = th * window + 2 * margin_px
-    target_w = tw * window + 2 * margin_px
-    resized = resize_rgb(pixels, target_h, target_w, resizer)     # [target_h, target_w, 3]
-    for i in range(th):
-        for j in range(tw):
-            y, x = i * window, j * window
-            crops[1 + i * tw + j] = resized[y:y + crop, x:x + crop]
-    return OverlapCrops(crops=crops, tiling=(th, tw))
+def resize_tensor(pixels: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """`resize_rgb(..., "pyvips")` of a uint8 [H, W, 3] tensor on its own device (libvips' arithmetic
+    in torch): a pixel libvips rounds away stays zero, an extra one is dropped, as there."""
+    out = vips_resize(pixels, height, width)
+    if tuple(out.shape[:2]) == (height, width):
+        return out
+    canvas = torch.zeros((height, width, 3), dtype=torch.uint8, device=pixels.device)
+    h, w = min(height, out.shape[0]), min(width, out.shape[1])
+    canvas[:h, :w] = out[:h, :w]
+    return canvas
 
 
 # --------------------------------------------------------------------------------------------

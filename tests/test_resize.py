@@ -1,0 +1,75 @@
+"""`engine.model.resize`: libvips' Lanczos3 resize in torch gives pyvips' pixels, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from engine.model.config import PRESETS
+from engine.model.image import overlap_crop_image, overlap_crops_tensor
+from engine.model.resize import resize_plan, vips_resize
+
+pyvips = pytest.importorskip("pyvips")  # a dependency; the reference's resizer
+
+# (input H, W) → (output h, w), one per path of vips_resize (see the module docstring)
+CASES = {
+    "reduce both axes (the 378-px global crop)": ((480, 640), (378, 378)),
+    "reduce, residual under 2 (the 224-px global crop)": ((300, 500), (224, 224)),
+    "box shrink by k, then Lanczos": ((1500, 2100), (224, 378)),
+    "box shrink alone (an exact multiple)": ((900, 600), (300, 200)),
+    "enlarge both axes (the tiling canvas)": ((480, 640), (644, 910)),
+    "enlarge one axis, the other kept": ((97, 131), (97, 350)),
+    "reduce one axis, enlarge the other": ((650, 377), (851, 192)),
+    "tiny to large": ((9, 13), (378, 378)),
+    "one pixel out": ((200, 300), (1, 1)),
+}
+
+
+def reference(pixels: np.ndarray, h: int, w: int) -> np.ndarray:
+    image = pyvips.Image.new_from_array(np.ascontiguousarray(pixels))
+    return image.resize(w / pixels.shape[1], vscale=h / pixels.shape[0], kernel="lanczos3").numpy()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_path_gives_pyvips_pixels(case):
+    (height, width), (h, w) = CASES[case]
+    rng = np.random.default_rng(len(case))
+    for pixels in (rng.integers(0, 256, (height, width, 3), dtype=np.uint8),         # noise: clipping, negative lobes
+                   np.repeat(np.linspace(0, 255, width, dtype=np.uint8)[None, :, None], height, 0).repeat(3, 2)):
+        want = reference(pixels, h, w)
+        got = vips_resize(torch.from_numpy(pixels), h, w)
+        assert got.dtype == torch.uint8 and got.shape == want.shape
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_random_sizes_give_pyvips_pixels():
+    rng = np.random.default_rng(0)
+    for _ in range(12):
+        height, width = (int(v) for v in rng.integers(16, 900, 2))
+        h, w = (int(v) for v in rng.integers(8, 1200, 2))
+        pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+        np.testing.assert_array_equal(vips_resize(torch.from_numpy(pixels), h, w).numpy(), reference(pixels, h, w),
+                                      err_msg=f"{(height, width)} -> {(h, w)}")
+
+
+def test_the_crops_of_every_preset_match_the_reference_crops():
+    rng = np.random.default_rng(5)
+    pixels = rng.integers(0, 256, (480, 640, 3), dtype=np.uint8)
+    for name in ("moondream2", "embedded"):
+        cfg = PRESETS[name].vision
+        want = overlap_crop_image(pixels, cfg, resizer="pyvips")
+        got = overlap_crop_image(pixels, cfg, resizer="torch")
+        crops, tiling = overlap_crops_tensor(torch.from_numpy(pixels), cfg)
+        assert got.tiling == want.tiling == tiling
+        np.testing.assert_array_equal(got.crops, want.crops)
+        np.testing.assert_array_equal(crops.numpy(), want.crops)
+
+
+def test_plans_are_integer_matrices_built_once():
+    plan = resize_plan(480, 640, 378, 378)
+    assert resize_plan(480, 640, 378, 378) is plan
+    for p in plan:
+        if p.weights is not None:
+            assert np.array_equal(p.weights, np.round(p.weights))      # 12-bit integers: exact in float64
+            assert np.all(np.abs(p.weights.sum(1) - 4096) <= p.weights.shape[1])  # each row ~ 1.0 in 12 bits
