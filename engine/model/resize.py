@@ -46,19 +46,23 @@ def _lanczos3(x: float) -> float:
     return sinc(x) * sinc(x / 3.0)
 
 
-def _subpixel(position: float) -> int:
-    """Which of the 65 tabulated masks libvips uses at `position` (round to the nearest 1/64)."""
-    return ((int(position * SUBPIXELS * 2) & (SUBPIXELS * 2 - 1)) + 1) >> 1
+def _subpixel(position: np.ndarray) -> np.ndarray:
+    """Which of the 65 tabulated masks libvips uses at each position (the nearest 1/64, by its
+    integer arithmetic: C casts truncate toward zero, as numpy's do)."""
+    return (((position * SUBPIXELS * 2).astype(np.int64) & (SUBPIXELS * 2 - 1)) + 1) >> 1
 
 
 @functools.lru_cache(maxsize=64)
 def _lanczos_masks(taps: int, shrink: float) -> np.ndarray:
-    """int64 [65, taps]: libvips' 12-bit Lanczos3 masks of a reduction by `shrink`."""
+    """int64 [65, taps]: libvips' 12-bit Lanczos3 masks of a reduction by `shrink` (the C library's
+    sin through `math`, and sums added in order, as libvips adds them)."""
     table = np.zeros((SUBPIXELS + 1, taps), np.int64)
     for t in range(SUBPIXELS + 1):
         half = float(np.float32(t / SUBPIXELS)) + taps / 2.0 - 1
         c = [_lanczos3((i - half) / shrink) for i in range(taps)]
-        total = sum(c)
+        total = 0.0
+        for v in c:
+            total += v
         table[t] = [int(v / total * ONE) for v in c]   # C's (short) cast: truncation
     return table
 
@@ -93,10 +97,9 @@ def _matrix(n_in: int, first_tap: np.ndarray, coefficients: np.ndarray) -> np.nd
     """Dense [out, n_in] from each output's first tap index and its coefficients (edge taps
     clamped to the image, their weights added up, as an edge-extended image gives)."""
     n_out, taps = coefficients.shape
-    m = np.zeros((n_out, n_in), np.float64)
     cols = np.clip(first_tap[:, None] + np.arange(taps)[None, :], 0, n_in - 1)
-    np.add.at(m, (np.repeat(np.arange(n_out), taps), cols.reshape(-1)), coefficients.reshape(-1))
-    return m
+    flat = (np.arange(n_out)[:, None] * n_in + cols).reshape(-1)
+    return np.bincount(flat, coefficients.reshape(-1).astype(np.float64), n_out * n_in).reshape(n_out, n_in)
 
 
 def _reduce(axis: int, n: int, shrink: float) -> tuple[list[Pass], int]:
@@ -114,25 +117,19 @@ def _reduce(axis: int, n: int, shrink: float) -> tuple[list[Pass], int]:
     offset = (1 + extra) / 2.0 - 1
     masks = _lanczos_masks(taps, shrink)
     pad = math.ceil(taps / 2.0) - 1                  # libvips embeds this many edge pixels first
-    first, rows = np.empty(n_out, np.int64), np.empty(n_out, np.int64)
-    position = (0 + 0.5) * shrink - 0.5 - offset
-    for i in range(n_out):
-        if axis == 0:
-            position = (i + 0.5) * shrink - 0.5 - offset
-        elif i:
-            position += shrink
-        first[i], rows[i] = int(position) - pad, _subpixel(position)
-    return passes + [Pass(axis, weights=_matrix(n, first, masks[rows]))], n_out
+    if axis == 0:   # each region restarts the position: rows from their own index
+        position = (np.arange(n_out) + 0.5) * shrink - 0.5 - offset
+    else:           # along a row libvips adds `shrink` to the first position, in order (so does cumsum)
+        position = np.cumsum(np.r_[(0 + 0.5) * shrink - 0.5 - offset, np.full(n_out - 1, shrink)])
+    first = position.astype(np.int64) - pad
+    return passes + [Pass(axis, weights=_matrix(n, first, masks[_subpixel(position)]))], n_out
 
 
 def _enlarge(n: int, scale: float) -> np.ndarray:
     """[round(n·scale), n]: the Catmull-Rom taps of vips_affine with idx 0.5 (scale ≥ 1)."""
     n_out = int(n * scale + 0.5)
-    first, rows = np.empty(n_out, np.int64), np.empty(n_out, np.int64)
-    for i in range(n_out):
-        position = (1.0 / scale) * i - (0.5 - 1) + 1   # in libvips' bordered input (2 px): i/s − 0.5 + 2
-        first[i], rows[i] = int(position) - 3, _subpixel(position)
-    return _matrix(n, first, _CUBIC[rows])
+    position = (1.0 / scale) * np.arange(n_out) - (0.5 - 1) + 1   # in libvips' 2-px bordered input: i/s − 0.5 + 2
+    return _matrix(n, position.astype(np.int64) - 3, _CUBIC[_subpixel(position)])
 
 
 @functools.lru_cache(maxsize=64)
