@@ -73,3 +73,11 @@ def test_plans_are_integer_matrices_built_once():
         if p.weights is not None:
             assert np.array_equal(p.weights, np.round(p.weights))      # 12-bit integers: exact in float64
             assert np.all(np.abs(p.weights.sum(1) - 4096) <= p.weights.shape[1])  # each row ~ 1.0 in 12 bits
+
+
+def test_cropbench_checks_and_times_both_paths(capsys):
+    from engine.tools import cropbench
+
+    assert cropbench.main(["--device", "cpu", "--preset", "tiny", "--size", "160x120", "--runs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "identical to libvips': True" in out and "libvips (CPU)" in out and "torch (cpu)" in out

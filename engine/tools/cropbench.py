@@ -61,7 +61,6 @@ def main(argv: list[str] | None = None) -> int:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"{args.preset} crops of a {width}x{height} image ({want.shape[0]} crops of {want.shape[1]} px); "
           f"torch crops identical to libvips': {same}")
-    print(f"  libvips (cpu, {torch.get_num_threads()} torch threads idle)   median {vips_ms[0]:7.2f} ms wall, "
-          f"{vips_ms[1]:7.2f} ms CPU per image")
-    print(f"  torch ({name})   median {torch_ms[0]:7.2f} ms wall, {torch_ms[1]:7.2f} ms CPU per image")
+    print(f"  {'libvips (CPU)':<28} median {vips_ms[0]:7.2f} ms wall, {vips_ms[1]:7.2f} ms CPU per image")
+    print(f"  {'torch (' + name + ')':<28} median {torch_ms[0]:7.2f} ms wall, {torch_ms[1]:7.2f} ms CPU per image")
     return 0 if same else 1
