@@ -72,7 +72,8 @@ def test_plans_are_integer_matrices_built_once():
     for p in plan:
         if p.weights is not None:
             assert np.array_equal(p.weights, np.round(p.weights))      # 12-bit integers: exact in float64
-            assert np.all(np.abs(p.weights.sum(1) - 4096) <= p.weights.shape[1])  # each row ~ 1.0 in 12 bits
+            # each row sums to 1.0 in 12 bits, less what truncating its (at most 25) coefficients lost
+            assert np.all(np.abs(p.weights.sum(1) - 4096) < 25)
 
 
 def test_cropbench_checks_and_times_both_paths(capsys):

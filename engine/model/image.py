@@ -389,12 +389,7 @@ def resize_rgb(pixels: np.ndarray, height: int, width: int, resizer: str | None 
             raise ValueError("pyvips is not installed; pip install pyvips pyvips-binary, or use resizer='pillow'")
         src = pyvips.Image.new_from_array(np.ascontiguousarray(pixels))
         out = src.resize(width / pixels.shape[1], vscale=height / pixels.shape[0], kernel="lanczos3").numpy()
-        if out.shape[:2] == (height, width):
-            return out
-        canvas = np.zeros((height, width, 3), dtype=np.uint8)
-        h, w = min(height, out.shape[0]), min(width, out.shape[1])
-        canvas[:h, :w] = out[:h, :w]
-        return canvas
+        return _on_canvas(out, height, width, lambda: np.zeros((height, width, 3), dtype=np.uint8))
     if resizer == "pillow":
         return np.asarray(Image.fromarray(pixels).resize((width, height), Image.Resampling.LANCZOS))
     raise ValueError(f"unknown resizer {resizer!r}; choose pyvips, torch or pillow")
@@ -467,9 +462,15 @@ def resize_tensor(pixels: torch.Tensor, height: int, width: int) -> torch.Tensor
     """`resize_rgb(..., "pyvips")` of a uint8 [H, W, 3] tensor on its own device (libvips' arithmetic
     in torch): a pixel libvips rounds away stays zero, an extra one is dropped, as there."""
     out = vips_resize(pixels, height, width)
+    return _on_canvas(out, height, width, lambda: torch.zeros((height, width, 3), dtype=torch.uint8, device=pixels.device))
+
+
+def _on_canvas(out, height: int, width: int, zeros):
+    """libvips' result `out` at exactly height × width: as it is when it fits, else on `zeros()`
+    (a blank canvas): a pixel libvips rounds away stays zero, an extra one is dropped."""
     if tuple(out.shape[:2]) == (height, width):
         return out
-    canvas = torch.zeros((height, width, 3), dtype=torch.uint8, device=pixels.device)
+    canvas = zeros()
     h, w = min(height, out.shape[0]), min(width, out.shape[1])
     canvas[:h, :w] = out[:h, :w]
     return canvas

@@ -120,7 +120,7 @@ def _reduce(axis: int, n: int, shrink: float) -> tuple[list[Pass], int]:
     if axis == 0:   # each region restarts the position: rows from their own index
         position = (np.arange(n_out) + 0.5) * shrink - 0.5 - offset
     else:           # along a row libvips adds `shrink` to the first position, in order (so does cumsum)
-        position = np.cumsum(np.r_[(0 + 0.5) * shrink - 0.5 - offset, np.full(n_out - 1, shrink)])
+        position = np.cumsum(np.r_[0.5 * shrink - 0.5 - offset, np.full(n_out - 1, shrink)])
     first = position.astype(np.int64) - pad
     return passes + [Pass(axis, weights=_matrix(n, first, masks[_subpixel(position)]))], n_out
 

@@ -92,8 +92,8 @@ class EngineTarget:
 
 class HttpTarget:
     """Requests to `python -m app.serve` over HTTP, in the moondream client's wire format (a JPEG
-    data URL, quality 95, encoded in the client thread as the client does); decode steps from
-    the server's /metrics. Over HTTP an answer arrives whole: no time to first object.
+    data URL, quality 95, encoded in the client thread as the client does); decode and prefill
+    steps from the server's /metrics. Over HTTP an answer arrives whole: no time to first object.
 
     The client's own work is kept small, so that what the rows add to the in-process ones is the
     server's cost: each client thread keeps one HTTP/1.1 connection open (keep-alive, as the
@@ -162,11 +162,12 @@ class HttpTarget:
     def steps(self) -> tuple[int, int]:
         """(decode steps, prefill steps) so far, from the server's /metrics."""
         root = self.url.removesuffix("/v1")
+        names = ("mdpipe_decode_steps", "mdpipe_prefill_steps")
         with urllib.request.urlopen(f"{root}/metrics", timeout=60) as r:
             values = {name: int(float(value)) for name, _, value in
-                      (line.partition(" ") for line in r.read().decode().splitlines() if line and not line.startswith("#"))}
+                      (line.partition(" ") for line in r.read().decode().splitlines()) if name in names}
         try:
-            return values["mdpipe_decode_steps"], values["mdpipe_prefill_steps"]
+            return values[names[0]], values[names[1]]
         except KeyError:
             raise RuntimeError(f"{root}/metrics has no mdpipe_decode_steps / mdpipe_prefill_steps: "
                                "is this python -m app.serve?") from None
