@@ -72,12 +72,15 @@ def run_schedule(engine: Engine, schedule: list[dict]) -> dict[int, tuple[dict, 
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(schedule=st.lists(request, min_size=1, max_size=9), max_batch=st.integers(1, 4), max_prefill=st.integers(1, 3))
-def test_random_schedules_match_blocking_and_reference(tiny_model64, tokenizer, schedule, max_batch, max_prefill):
+@given(schedule=st.lists(request, min_size=1, max_size=9), max_batch=st.integers(1, 4), max_prefill=st.integers(1, 3),
+       static_prompts=st.booleans())
+def test_random_schedules_match_blocking_and_reference(tiny_model64, tokenizer, schedule, max_batch, max_prefill,
+                                                       static_prompts):
     outcomes = {}
     for pipelined in (True, False):
         engine = Engine(tiny_model64, tokenizer, max_batch=max_batch, pipelined=pipelined, max_prefill=max_prefill,
                         prefix_cache_size=2)
+        engine.runner.static_prompts = static_prompts  # the padded prompt prefill CUDA captures, here eager
         handles = run_schedule(engine, schedule)
         outcomes[pipelined] = {}
         for n, (req, h) in handles.items():

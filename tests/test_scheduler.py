@@ -249,16 +249,23 @@ def test_cached_prompts_are_prefilled_together_beyond_the_image_limit(tokenizer)
     assert idle(engine)
 
 
-def test_a_decode_step_runs_between_two_image_prefills(tokenizer):
+def test_rows_keep_decoding_through_prefills_and_image_steps_alternate(tokenizer):
     engine, runner = fake_engine(tokenizer, max_batch=4, max_prefill=1, pipelined=False)
-    steps = []
+    kinds, calls = [], []
+    launch = engine.pipeline.launch
+    engine.pipeline.launch = lambda kind, rows, batch: kinds.append(kind) or launch(kind, rows, batch)
     launch_prefill, launch_decode = runner.launch_prefill, runner.launch_decode
-    runner.launch_prefill = lambda items, **kw: steps.append("prefill") or launch_prefill(items, **kw)
-    runner.launch_decode = lambda *a: steps.append("decode") or launch_decode(*a)
-    for i in range(3):
-        engine.submit(IMAGES[i], "point", "star", max_objects=3)
+    runner.launch_prefill = lambda items, **kw: calls.append("prefill") or launch_prefill(items, **kw)
+    runner.launch_decode = lambda *a: calls.append("decode") or launch_decode(*a)
+    handles = [engine.submit(IMAGES[i], "point", "star", max_objects=3) for i in range(3)]
     engine.run_until_idle()
-    assert steps[:5] == ["prefill", "decode", "prefill", "decode", "prefill"]
+    # A step that encodes an image is followed by one that does not; once rows decode, a prefill
+    # rides in the same step as their decode forward (launched first), so no row waits for it.
+    assert kinds[:5] == ["prefill", "decode", "mixed", "decode", "mixed"]
+    assert calls[:7] == ["prefill", "decode", "decode", "prefill", "decode", "decode", "prefill"]
+    for i, handle in enumerate(handles):  # each result is what the request gets alone
+        alone, _ = fake_engine(tokenizer, max_batch=4, max_prefill=1, pipelined=False)
+        assert handle.result() == alone.point(IMAGES[i], "star", max_objects=3)
     assert idle(engine)
 
 

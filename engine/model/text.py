@@ -7,6 +7,7 @@ sequence ever uses, so padding rows of a bucketed decode batch can write there h
 Two entry points, both batched:
 - `prefill(embeds [B, L, D], rows, start)`: writes positions start..start+L-1 of each row.
   Rows may have different start positions (image prefix copied from a cache, then the prompt).
+  `prefill_at` is its body with explicit positions and a static key range (graph-capturable).
 - `decode(embeds [B, D], positions [B], attn_len)`: one token for KV rows 0..B-1, each at its
   own position; attention reads only the first `attn_len` positions (a length bucket), so the
   step's shapes are static and it can be captured in a CUDA graph.
@@ -133,11 +134,22 @@ class TextModel(nn.Module):
         rows, start: [B] long. Keys visible to query i of row b: positions ≤ start_b + i,
         plus the whole image prefix while the query itself lies inside it (bidirectional block).
         """
-        b, n, _ = embeds.shape
+        n = embeds.shape[1]
         pos = start[:, None] + torch.arange(n, device=embeds.device)
         end = int((start + n).max())
         if end > kv.max_len - 1:
             raise ValueError(f"prefill reaches position {end}, beyond the KV row length {kv.max_len - 1}")
+        return self.prefill_at(embeds, kv, rows, pos, end)
+
+    def prefill_at(self, embeds: torch.Tensor, kv: KVCache, rows: torch.Tensor, pos: torch.Tensor,
+                   end: int) -> torch.Tensor:
+        """`prefill` with every token's position given (pos [B, L] long) and the keys read from
+        each row limited to positions < `end`: static shapes, so it can be captured in a CUDA graph.
+
+        A padding token sits at the scratch position `kv.max_len - 1` (its write lands there, its
+        output is garbage); every real position must be < `end`. embeds [B, L, D] → hidden [B, L, D].
+        """
+        b, n, _ = embeds.shape
         keys = torch.arange(end, device=embeds.device)
         visible = keys[None, None, :] <= pos[:, :, None]
         in_prefix = (pos[:, :, None] < self.prefix_len) & (keys[None, None, :] < self.prefix_len)

@@ -153,7 +153,7 @@ class Engine:
         self._stop = False
         self.steps = 0
         self.decode_steps = 0
-        self.prefill_steps = 0   # prefill steps launched (each stops the decoding rows while it runs)
+        self.prefill_steps = 0   # steps that prefilled admitted requests (mixed steps included)
         self.model_info: ModelInfo | None = None   # set by from_pretrained
 
     @classmethod
@@ -339,7 +339,7 @@ class Engine:
         if not self.pipeline.can_launch():
             return None
         plan = self.scheduler.decode_plan(self.runner.batch_bucket)
-        # An image prefill stops every decoding row while it runs: one decode step between two.
+        # An image prefill holds the step for its whole forward: one step without one between two.
         new_images = 0 if self._encoded_last and plan is not None else self.config.max_prefill
         admitted = self.scheduler.admit(new_images, self.config.max_prefill_cached, self.prefix_cache.get,
                                         self._crops_ready)
@@ -349,29 +349,43 @@ class Engine:
             self.scheduler.requeue(a.seq)
         admitted = ready
         if admitted:
-            items = []
-            for a in admitted:
-                a.seq.admitted_at = self.clock()
-                crops = None if a.prefix is not None else a.seq.crops.result()
-                items.append(PrefillItem(a.seq.row, crops, a.prefix, a.seq.prompt))
-                a.seq.picture = a.seq.crops = None
-            self._encoded_last = any(a.prefix is None for a in admitted)
-            fresh = self.runner.launch_prefill(items, keep_prefixes=self.prefix_cache.capacity > 0)
-            for a, prefix in zip(admitted, fresh):
-                if prefix is not None:
-                    self.prefix_cache.put(a.seq.image_key, prefix)
-            rows = [a.seq.row for a in admitted]
-            self.scheduler.on_launch(rows, advance_position=False)
-            self.prefill_steps += 1
-            return self.pipeline.launch("prefill", rows, max(rows) + 1)
+            return self._launch_with_prefill(admitted, plan)
         if plan is None:
             return None
         self._encoded_last = False
-        slot = self.pipeline.free_slot()
-        self.runner.launch_decode(slot, plan.batch, plan.positions, self.runner.attn_bucket(plan.attn_len_needed - 1))
+        self.runner.launch_decode(self.pipeline.free_slot(), plan.batch, plan.positions,
+                                  self.runner.attn_bucket(plan.attn_len_needed - 1))
         self.scheduler.on_launch(plan.rows, advance_position=True)
         self.decode_steps += 1
         return self.pipeline.launch("decode", plan.rows, plan.batch)
+
+    def _launch_with_prefill(self, admitted: list, plan) -> Step:
+        """A step that prefills the admitted requests; with rows decoding (`plan`), a mixed step:
+        their decode forward goes first, then the prefill (which overwrites the outputs of its rows,
+        padding in the decode batch), and one sampling pass covers both, so no row stops decoding."""
+        slot = self.pipeline.free_slot()
+        if plan is not None:
+            self.runner.launch_decode(slot, plan.batch, plan.positions, self.runner.attn_bucket(plan.attn_len_needed - 1))
+        items = []
+        for a in admitted:
+            a.seq.admitted_at = self.clock()
+            crops = None if a.prefix is not None else a.seq.crops.result()
+            items.append(PrefillItem(a.seq.row, crops, a.prefix, a.seq.prompt))
+            a.seq.picture = a.seq.crops = None
+        self._encoded_last = any(a.prefix is None for a in admitted)
+        fresh = self.runner.launch_prefill(items, keep_prefixes=self.prefix_cache.capacity > 0)
+        for a, prefix in zip(admitted, fresh):
+            if prefix is not None:
+                self.prefix_cache.put(a.seq.image_key, prefix)
+        rows = [a.seq.row for a in admitted]
+        self.scheduler.on_launch(rows, advance_position=False)
+        self.prefill_steps += 1
+        if plan is None:
+            return self.pipeline.launch("prefill", rows, max(rows) + 1)
+        self.scheduler.on_launch(plan.rows, advance_position=True)
+        self.decode_steps += 1
+        rows = sorted(rows + plan.rows)
+        return self.pipeline.launch("mixed", rows, self.runner.batch_bucket(rows[-1] + 1))
 
     def _finalize(self, step: Step) -> None:
         states, active = self.scheduler.mask_states(step.rows, step.batch)

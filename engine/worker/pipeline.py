@@ -33,7 +33,7 @@ class Step:
 
     index: int
     slot: int
-    kind: str  # "prefill" | "decode"
+    kind: str  # "prefill" | "decode" | "mixed" (decoding rows and a prefill in one forward pass)
     rows: list[int]  # KV rows active in this step
     batch: int  # rows 0..batch-1 are computed (padding included)
 

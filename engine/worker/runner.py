@@ -30,6 +30,10 @@ from engine.worker.streams import Streams
 from engine.model.text import KVCache
 
 
+# Prompt lengths a captured prompt prefill is padded to; a longer prompt runs eagerly.
+PROMPT_LENGTHS = (16, 32, 64)
+
+
 def batch_buckets(max_batch: int) -> list[int]:
     sizes = {b for b in (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128) if b < max_batch}
     return sorted(sizes | {max_batch})
@@ -66,6 +70,12 @@ class ModelRunner:
         self.hidden = torch.zeros(max_batch, d, dtype=dt, device=dev)
         self.logits = torch.zeros(max_batch, v, dtype=dt, device=dev)
         self.allowed = torch.ones(mask_capacity, v, dtype=torch.bool, device=dev)
+        # Inputs and outputs of the captured prompt prefill (_prompt_prefill): token ids, positions,
+        # row and last-token index per item, padded; the last token's hidden state and logits.
+        self.prompt_in = torch.zeros(4, max_batch, PROMPT_LENGTHS[-1], dtype=torch.long, device=dev)
+        self.prompt_hidden = torch.zeros(max_batch, d, dtype=dt, device=dev)
+        self.prompt_logits = torch.zeros(max_batch, v, dtype=dt, device=dev)
+        self.static_prompts = self.use_graphs  # padded prompt prefill; captured only with graphs
         self.mask_rows_uploaded = 0
         self.slots = [DecodeSlot(i, max_batch, self.streams, dev) for i in range(2)]
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
@@ -112,17 +122,62 @@ class ModelRunner:
                 text.prefill_prefix(model.encode_images([item.crops for item in encode]), self.kv, rows)
             fresh = [self.kv.read_prefix(item.row, plen) if item.prefix is None and keep_prefixes else None
                      for item in items]
+            self._prompt_prefill(items)
+        return fresh
+
+    def prompt_length_bucket(self, longest: int) -> int | None:
+        """The padded prompt length a captured prompt prefill runs at, or None: run it eagerly."""
+        if not self.static_prompts:
+            return None
+        return next((n for n in PROMPT_LENGTHS if n >= longest), None)
+
+    def _prompt_prefill(self, items: list[PrefillItem]) -> None:
+        """Every item's prompt after its image prefix, in one batched forward; the last prompt
+        token's hidden state and logits land in the items' rows of `hidden` / `logits`.
+
+        On CUDA the forward is a graph replay per (batch bucket, length bucket): the prompts are
+        padded with tokens at the scratch position, and the batch with whole padding items. Its
+        host cost is a few copies, not the ~400 kernel launches of the eager forward."""
+        model, text, dev, plen = self.model, self.model.text, self.device, self.cfg.prefix_len
+        n = len(items)
+        rows = torch.tensor([i.row for i in items], device=dev)
+        length = self.prompt_length_bucket(max(len(i.prompt) for i in items))
+        if length is None:
             longest = max(len(i.prompt) for i in items)
-            ids = torch.zeros(len(items), longest, dtype=torch.long)
-            for n, item in enumerate(items):
-                ids[n, : len(item.prompt)] = torch.tensor(item.prompt)
-            rows = torch.tensor([i.row for i in items], device=dev)
-            hidden = text.prefill(model.embed_ids(ids.to(dev)), self.kv, rows, torch.full((len(items),), plen, device=dev))
-            last = torch.tensor([len(i.prompt) - 1 for i in items], device=dev)
-            h = hidden[torch.arange(len(items), device=dev), last]
+            ids = torch.zeros(n, longest, dtype=torch.long)
+            for k, item in enumerate(items):
+                ids[k, : len(item.prompt)] = torch.tensor(item.prompt)
+            hidden = text.prefill(model.embed_ids(ids.to(dev)), self.kv, rows, torch.full((n,), plen, device=dev))
+            h = hidden[torch.arange(n, device=dev), torch.tensor([len(i.prompt) - 1 for i in items], device=dev)]
             self.hidden[rows] = h
             self.logits[rows] = text.logits(h)
-        return fresh
+            return
+        batch = self.batch_bucket(n)
+        host = torch.zeros(4, batch, length, dtype=torch.long)  # ids, positions, row, last index
+        host[1].fill_(self.scratch_pos)
+        host[2].fill_(items[0].row)  # padding items write only the scratch position of a real row
+        for k, item in enumerate(items):
+            m = len(item.prompt)
+            host[0, k, :m] = torch.tensor(item.prompt)
+            host[1, k, :m] = torch.arange(plen, plen + m)
+            host[2, k], host[3, k] = item.row, m - 1
+        self.prompt_in[:, :batch, :length].copy_(host)
+        if self.use_graphs:
+            self._captured(("prompt", batch, length), lambda: self._prompt_forward(batch, length)).replay()
+        else:  # the same padded forward, eagerly (tests run it on the CPU)
+            self._prompt_forward(batch, length)
+        self.hidden[rows] = self.prompt_hidden[:n]
+        self.logits[rows] = self.prompt_logits[:n]
+
+    def _prompt_forward(self, batch: int, length: int) -> None:
+        """The graph body of a prompt prefill: `prompt_in` rows 0..batch-1 → `prompt_hidden/logits`."""
+        text, plen = self.model.text, self.cfg.prefix_len
+        ids, pos = self.prompt_in[0, :batch, :length], self.prompt_in[1, :batch, :length]
+        rows, last = self.prompt_in[2, :batch, 0], self.prompt_in[3, :batch, 0]
+        hidden = text.prefill_at(self.model.embed_ids(ids), self.kv, rows, pos, plen + length)  # [batch, length, D]
+        h = hidden[torch.arange(batch, device=self.device), last]  # [batch, D]
+        self.prompt_hidden[:batch] = h
+        self.prompt_logits[:batch] = text.logits(h)
 
     def _decode_forward(self, batch: int, attn_len: int) -> None:
         """The graph body: pending inputs of rows 0..B-1 → hidden and logits."""
