@@ -12,6 +12,7 @@ from concurrent.futures import CancelledError
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,10 +28,10 @@ OBJECTS = ["red circle", "blue", "star"]
 _reference: dict = {}
 
 
-def reference(model, tokenizer, image: int, skill: str, obj: str, max_objects: int) -> dict:
-    key = (image, skill, obj, max_objects)
+def reference(model, tokenizer, image: int, skill: str, obj: str, max_objects: int, resizer: str | None = None) -> dict:
+    key = (image, skill, obj, max_objects, resizer)
     if key not in _reference:
-        crops = overlap_crop_image(load_image(IMAGES[image]), model.config.vision)
+        crops = overlap_crop_image(load_image(IMAGES[image]), model.config.vision, resizer=resizer)
         prompt = prompt_ids(model.config.tokens, lambda s: tokenizer.encode(s).ids, skill, obj)
         _reference[key] = reference_generate(model, crops, prompt, skill, max_objects)
     return _reference[key]
@@ -189,6 +190,21 @@ def test_identical_image_reuses_cached_prefix(tiny_model64, tokenizer, monkeypat
     assert len(calls) == 1
     assert a.result() == reference(tiny_model64, tokenizer, 2, "point", "star", 2)
     assert b.result() == reference(tiny_model64, tokenizer, 2, "detect", "blue", 2)
+
+
+def test_crops_made_on_the_device_give_the_reference_results(tiny_model64, tokenizer, monkeypatch):
+    # device_crops: the crop threads hand over pixels; the runner crops them (torch, libvips' arithmetic).
+    engine = Engine(tiny_model64, tokenizer, max_batch=4, device_crops=True)
+    seen = []
+    encode = tiny_model64.encode_images
+    monkeypatch.setattr(tiny_model64, "encode_images", lambda images: seen.extend(images) or encode(images))
+    handles = [engine.submit(IMAGES[i], skill, obj, max_objects=3)
+               for i, (skill, obj) in enumerate([("point", "star"), ("detect", "blue"), ("detect", "red circle")])]
+    engine.run_until_idle()
+    assert len(seen) == 3 and all(isinstance(c.crops, torch.Tensor) for c in seen)
+    for i, (h, (skill, obj)) in enumerate(zip(handles, [("point", "star"), ("detect", "blue"), ("detect", "red circle")])):
+        assert h.result() == reference(tiny_model64, tokenizer, i, skill, obj, 3, resizer="torch")
+    assert engine.pools() == idle_pools(engine)
 
 
 def test_concurrent_callers_on_the_serving_thread(tiny_model64, tokenizer):

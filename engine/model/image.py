@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from .config import VisionConfig
-from .resize import vips_resize
+from .resize import resize_plan, vips_resize
 
 __all__ = [
     "ImageError",
@@ -397,9 +397,10 @@ def resize_rgb(pixels: np.ndarray, height: int, width: int, resizer: str | None 
 
 @dataclass(frozen=True)
 class OverlapCrops:
-    """uint8 crops [1 + th*tw, crop, crop, 3] (index 0 = global, then tiles row-major) and (th, tw)."""
+    """uint8 crops [1 + th*tw, crop, crop, 3] (index 0 = global, then tiles row-major) and (th, tw);
+    a numpy array (`overlap_crop_image`) or a tensor on a device (`overlap_crops_tensor`)."""
 
-    crops: np.ndarray
+    crops: np.ndarray | torch.Tensor
     tiling: tuple[int, int]
 
     @property
@@ -442,6 +443,16 @@ def overlap_crops_tensor(pixels: torch.Tensor, cfg: VisionConfig, *,
     libvips' arithmetic in torch (`engine.model.resize`): the same crops as libvips', as uint8
     [1 + th*tw, crop, crop, 3] on that device, and the tiling (th, tw)."""
     return _crops(pixels, cfg, tiling, lambda h, w: resize_tensor(pixels, h, w), torch.stack)
+
+
+def prepare_overlap_crops(height: int, width: int, cfg: VisionConfig) -> tuple[int, int]:
+    """Build (and cache) on the CPU the resize plans `overlap_crops_tensor` needs for a height × width
+    image, so that a device's thread only multiplies; returns the tiling."""
+    crop, window, margin_px = _geometry(cfg)
+    th, tw = select_tiling(height - 2 * margin_px, width - 2 * margin_px, window, cfg.max_crops)
+    resize_plan(height, width, th * window + 2 * margin_px, tw * window + 2 * margin_px)
+    resize_plan(height, width, crop, crop)
+    return th, tw
 
 
 def _crops(pixels, cfg: VisionConfig, tiling, resize, stack):

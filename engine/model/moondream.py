@@ -45,7 +45,8 @@ class MoondreamModel(nn.Module):
         image. The vision tower runs over the crops of all images together, `VISION_BATCH` crops
         at a time: one image at a time, the kernel launches of 27 small forwards, not the GPU,
         set the pace of prefill. Stitching and projection are per image (tilings differ)."""
-        crops = normalize_crops(np.concatenate([c.crops for c in images]), dtype=self.dtype, device=self.device)
+        crops = normalize_crops(torch.cat([(torch.from_numpy(np.ascontiguousarray(c.crops)) if isinstance(c.crops, np.ndarray)
+                                            else c.crops).to(self.device) for c in images]), dtype=self.dtype)
         step = VISION_BATCH.get(self.device.type, VISION_BATCH["cpu"])
         features = torch.cat([self.vision.encode_crops(crops[i:i + step]) for i in range(0, crops.shape[0], step)])
         starts = np.cumsum([0] + [c.n_crops for c in images[:-1]]).tolist()

@@ -21,6 +21,7 @@ class EngineConfig:
     max_prefill: int = 8             # new images encoded (prefilled) per step
     max_prefill_cached: int = 64     # requests with a cached image prefix prefilled per step (prompt only)
     crop_threads: int = 4            # threads making overlap crops (engine.serving.crops)
+    device_crops: bool | None = None # resize on the model's device, libvips' pixels (None: on CUDA)
     prefix_cache_size: int = 8       # image prefixes kept on the device (LRU); 0 disables the cache
     mask_capacity: int = 1024        # grammar mask-table rows on the device (one per distinct allowed set)
     use_graphs: bool | None = None   # CUDA graphs (None: on CUDA)

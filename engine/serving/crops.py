@@ -5,7 +5,9 @@ it asks for crops only if the image's prefix is not cached. Crops run on a small
 releases the GIL), so neither the caller nor the engine's step loop waits for them; requests
 for an image whose crops are already being made share that work. The scheduler admits a
 request that needs crops only once they are ready (`Future.done()`); a request whose prefix
-is cached by then never looks at them.
+is cached by then never looks at them. With `on_device` (the engine's default on CUDA) a thread
+only hands over the pixels with their resize plans built; the runner makes the crops on the GPU
+(`engine.model.resize`: libvips' pixels, about 1 ms of GPU and host time for 640×480 on an H200).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 from PIL import Image
 
 from engine.model.config import VisionConfig
-from engine.model.image import MAX_PIXELS, ImageSource, load_image, overlap_crop_image
+from engine.model.image import MAX_PIXELS, ImageSource, load_image, overlap_crop_image, prepare_overlap_crops
 
 
 def pixel_key(pixels: bytes | memoryview, size: tuple[int, int]) -> str:
@@ -61,9 +63,22 @@ def decode_image(source: ImageSource | DecodedImage) -> tuple[str, Image.Image |
     return pixel_key(picture.tobytes(), picture.size), picture
 
 
+def pixels_for_device(picture: Image.Image | np.ndarray, vision: VisionConfig) -> np.ndarray:
+    """A crop thread's share of crops made on the device: the pixels as a uint8 [H, W, 3] array and
+    the size's resize plans built (`prepare_overlap_crops`); the runner resizes on its device."""
+    pixels = np.ascontiguousarray(np.asarray(picture, dtype=np.uint8))
+    prepare_overlap_crops(pixels.shape[0], pixels.shape[1], vision)
+    return pixels
+
+
 class CropService:
-    def __init__(self, vision: VisionConfig, threads: int, on_ready: Callable[[], None] = lambda: None) -> None:
+    """`on_device`: the crops themselves are made by the runner on its device (a GPU), from the pixels
+    this service hands over with their resize plans ready (`pixels_for_device`), instead of here."""
+
+    def __init__(self, vision: VisionConfig, threads: int, on_ready: Callable[[], None] = lambda: None,
+                 on_device: bool = False) -> None:
         self.vision = vision
+        self.on_device = on_device
         self.threads = threads
         self.on_ready = on_ready
         self.pool: ThreadPoolExecutor | None = None
@@ -72,13 +87,15 @@ class CropService:
         self.pending: weakref.WeakValueDictionary[str, Future] = weakref.WeakValueDictionary()
 
     def request(self, key: str, picture: Image.Image) -> Future:
-        """The crops of `picture` (a Future of `OverlapCrops`), shared with every request for `key`."""
+        """The crops of `picture` (a Future of `OverlapCrops`, or with `on_device` of its pixels
+        array), shared with every request for `key`."""
         with self.lock:
             future = self.pending.get(key)
             if future is None:
                 if self.pool is None:
                     self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="crops")
-                future = self.pool.submit(overlap_crop_image, picture, self.vision)
+                job = pixels_for_device if self.on_device else overlap_crop_image
+                future = self.pool.submit(job, picture, self.vision)
                 future.add_done_callback(lambda _: self.on_ready())
                 self.pending[key] = future
             return future

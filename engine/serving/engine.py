@@ -147,7 +147,9 @@ class Engine:
         self._ids = itertools.count(1)
         self._inbox: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
         self._wake = threading.Event()
-        self.crops = CropService(cfg.vision, config.crop_threads, on_ready=self._wake.set)
+        on_cuda = torch.device(getattr(self.runner, "device", "cpu")).type == "cuda"
+        self.crops = CropService(cfg.vision, config.crop_threads, on_ready=self._wake.set,
+                                 on_device=on_cuda if config.device_crops is None else config.device_crops)
         self._encoded_last = False  # the last launch encoded images: decode goes next
         self._thread: threading.Thread | None = None
         self._stop = False
@@ -173,7 +175,9 @@ class Engine:
                answer: AnswerFormat | list | dict = None, max_tokens: int | None = None, length: str = "normal",
                on_object: Callable[[dict | str], None] | None = None, timeout: float | None = None) -> RequestHandle:
         """Queue a request. Grammar compilation and image decoding and hashing run here, in the
-        caller's thread; the crops are made on the crop threads, and only if the prefix is not cached.
+        caller's thread; the crops are made on the crop threads (on CUDA the threads only hand over the
+        pixels and the runner resizes them on the GPU: `EngineConfig.device_crops`), and only if the prefix
+        is not cached.
 
         `image` is anything `load_image` reads, or a `DecodedImage` (`prepare_image`: decoded and keyed once).
         `obj` is the object to find (point/detect) or the question (query); caption reads `length`.

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from engine.kernels import KernelChoice
-from engine.model.image import OverlapCrops
+from engine.model.image import OverlapCrops, overlap_crops_tensor
 from engine.model.moondream import MoondreamModel
 from engine.model.region import more_probability
 from engine.worker.slots import DecodeSlot, StepResults
@@ -42,7 +42,8 @@ def batch_buckets(max_batch: int) -> list[int]:
 @dataclass(frozen=True)
 class PrefillItem:
     row: int
-    crops: OverlapCrops | None  # None: the image prefix comes from `prefix`
+    crops: OverlapCrops | np.ndarray | None  # pixels [H, W, 3] uint8: crops made here, on the device;
+                                             # None: the image prefix comes from `prefix`
     prefix: tuple[torch.Tensor, torch.Tensor] | None
     prompt: list[int]
 
@@ -119,11 +120,17 @@ class ModelRunner:
                     self.kv.copy_prefix(item.row, item.prefix)
             if encode:  # every new image of this step in one vision batch and one prefix prefill
                 rows = torch.tensor([item.row for item in encode], device=dev)
-                text.prefill_prefix(model.encode_images([item.crops for item in encode]), self.kv, rows)
+                text.prefill_prefix(model.encode_images([self._crops_here(item.crops) for item in encode]), self.kv, rows)
             fresh = [self.kv.read_prefix(item.row, plen) if item.prefix is None and keep_prefixes else None
                      for item in items]
             self._prompt_prefill(items)
         return fresh
+
+    def _crops_here(self, crops: OverlapCrops | np.ndarray) -> OverlapCrops:
+        """OverlapCrops as they are; pixels are uploaded and cropped on this device (libvips' pixels)."""
+        if isinstance(crops, np.ndarray):
+            return OverlapCrops(*overlap_crops_tensor(torch.from_numpy(crops).to(self.device), self.cfg.vision))
+        return crops
 
     def prompt_length_bucket(self, longest: int) -> int | None:
         """The padded prompt length a captured prompt prefill runs at, or None: run it eagerly."""
