@@ -66,7 +66,7 @@ def decode_image(source: ImageSource | DecodedImage) -> tuple[str, Image.Image |
 def pixels_for_device(picture: Image.Image | np.ndarray, vision: VisionConfig) -> np.ndarray:
     """A crop thread's share of crops made on the device: the pixels as a uint8 [H, W, 3] array and
     the size's resize plans built (`prepare_overlap_crops`); the runner resizes on its device."""
-    pixels = np.ascontiguousarray(np.asarray(picture, dtype=np.uint8))
+    pixels = np.require(np.asarray(picture, dtype=np.uint8), requirements=["C", "W"])  # torch wants writable
     prepare_overlap_crops(pixels.shape[0], pixels.shape[1], vision)
     return pixels
 

@@ -4,9 +4,11 @@
                            [--json OUT]
     python -m engine.bench --task query [--tokens 128] ...   # the decode step with and without a JSON schema
 
-Random weights (no download). The lm_head bias of the coord token is raised so every request
-keeps emitting objects up to `--objects`: each request then decodes 3·objects+1 steps, and a
-step's cost does not depend on what random weights happen to say. Each batch uses distinct
+Random weights (no download). The lm_head bias of the coord token is raised and the repetition
+guard is off, so every request keeps emitting objects up to `--objects`: each request then decodes
+3·objects+1 steps, a step's cost does not depend on what random weights happen to say, and both
+modes run the same schedule (a request ending early frees its row a step later when pipelined, so
+the rows, hence the GPU's batch shapes and its bf16 rounding, could differ). Each batch uses distinct
 random images (one image prefix per request).
 
 Columns (ms per decode step, steady state, prefill excluded):
@@ -178,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         return query_main(args, model, tokenizer, dtype, gpu)
     for batch in batches:
         engines = {mode: Engine(model, tokenizer, max_batch=batch, pipelined=mode == "pipelined", prefix_cache_size=0,
-                                max_len=args.max_len, kernels=args.kernels)
+                                repeat_guard=False, max_len=args.max_len, kernels=args.kernels)
                    for mode in ("blocking", "pipelined")}
         first_pos = cfg.prefix_len + len(prompt_ids(cfg.tokens, lambda t: tokenizer.encode(t).ids, "detect", "object"))
         last_pos = first_pos + 3 * args.objects + 1
