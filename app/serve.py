@@ -106,7 +106,7 @@ class Metrics:
               registry=self.registry).set_function(lambda: engine.pools()["running"])
         Gauge("mdpipe_decode_steps", "decode steps since start (rate() gives steps/s)",
               registry=self.registry).set_function(lambda: engine.decode_steps)
-        Gauge("mdpipe_prefill_steps", "prefill steps since start (each stops the decoding rows while it runs)",
+        Gauge("mdpipe_prefill_steps", "steps that prefilled admitted requests since start (mixed steps included)",
               registry=self.registry).set_function(lambda: engine.prefill_steps)
 
     def text(self) -> bytes:

@@ -305,3 +305,57 @@ def test_a_failed_crop_fails_its_request_alone(tokenizer, monkeypatch):
         doomed.future.result(timeout=0)
     assert "points" in fine.future.result(timeout=0)
     assert runner.encoded == 1 and engine.scheduler.retired == 2 and idle(engine)
+
+
+def test_admission_waits_a_step_rather_than_raise_the_decode_bucket():
+    from engine.serving.scheduler import Scheduler
+    from engine.serving.sequence import Sequence
+    from engine.worker.runner import batch_buckets
+
+    buckets = batch_buckets(64)
+    bucket = lambda n: next(b for b in buckets if b >= n)  # noqa: E731
+    sched = Scheduler(64, 999, 10, 1, 2, 3)
+    seqs = [Sequence(i, "point", [5], 1, 4, "img", None, None) for i in range(34)]
+    for seq in seqs[:32]:
+        sched.add(seq)
+    assert len(sched.admit(0, 64, lambda key: "prefix", lambda s: True, bucket)) == 32  # rows 0..31: bucket 32
+    sched.finish(seqs[5])        # row 5 finished but still rides a launched step: a zombie
+    seqs[5].inflight_refs = 1
+    sched.add(seqs[32])
+    # Row 32 would make every decode step compute 48 rows; row 5 is free at the next commit.
+    assert sched.admit(0, 64, lambda key: "prefix", lambda s: True, bucket) == []
+    assert sched.admit(0, 64, lambda key: "prefix", lambda s: True) != []  # without buckets: row 32 at once
+    seqs[5].inflight_refs = 0
+    sched.release(seqs[5])
+    sched.add(seqs[33])
+    (got,) = sched.admit(0, 64, lambda key: "prefix", lambda s: True, bucket)
+    assert got.seq is seqs[33] and seqs[33].row == 5
+    # With no zombie to wait for, a request takes the next row even though the bucket grows.
+    fresh = Scheduler(64, 999, 10, 1, 2, 3)
+    for i in range(33):
+        fresh.add(Sequence(100 + i, "point", [5], 1, 4, "img", None, None))
+    assert [a.seq.row for a in fresh.admit(0, 64, lambda key: "prefix", lambda s: True, bucket)] == list(range(33))
+
+
+def test_closed_loop_clients_keep_the_decode_bucket_at_their_number(tokenizer):
+    # 32 clients that resubmit as soon as their answer arrives, on a 64-row engine: their
+    # requests come back while the finished rows still ride a launched step; without waiting for
+    # those rows the decode batch drifts to buckets of 48 and 64 rows (a mean of ~52 here).
+    from engine.worker.runner import batch_buckets
+
+    engine, runner = fake_engine(tokenizer, max_batch=64, prefix_cache_size=4)
+    buckets = batch_buckets(64)
+    runner.batch_bucket = lambda n: next(b for b in buckets if b >= n)
+    runner.objects_for = lambda prompt: 3 + sum(prompt) % 5
+    batches = []
+    launch_decode = runner.launch_decode
+    runner.launch_decode = lambda slot, batch, *a: batches.append(batch) or launch_decode(slot, batch, *a)
+    handles = [engine.submit(IMAGES[0], "detect", "car", max_objects=10) for _ in range(32)]
+    answered = 0
+    while answered < 400:
+        engine.step()
+        for i, h in enumerate(handles):
+            if h.future.done():
+                answered += 1
+                handles[i] = engine.submit(IMAGES[0], "detect", "car", max_objects=10)
+    assert np.mean(batches) < 34 and max(batches) <= 48

@@ -346,7 +346,7 @@ class Engine:
         # An image prefill holds the step for its whole forward: one step without one between two.
         new_images = 0 if self._encoded_last and plan is not None else self.config.max_prefill
         admitted = self.scheduler.admit(new_images, self.config.max_prefill_cached, self.prefix_cache.get,
-                                        self._crops_ready)
+                                        self._crops_ready, self.runner.batch_bucket)
         admitted = [a for a in admitted if self._has_pixels(a.seq, a.prefix is not None)]
         ready = [a for a in admitted if self._attach_grammar(a.seq)]
         for a in reversed([a for a in admitted if a not in ready]):  # no mask rows yet: wait, first in line

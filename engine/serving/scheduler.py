@@ -62,7 +62,7 @@ class Scheduler:
         return self.rows - len(self.free_rows)
 
     def admit(self, new_images: int, cached: int, cached_prefix: Callable[[str], P | None],
-              ready: Callable[[Sequence], bool]) -> list[Admitted[P]]:
+              ready: Callable[[Sequence], bool], bucket: Callable[[int], int] | None = None) -> list[Admitted[P]]:
         """Give waiting requests, in order, a KV row reserved for their whole answer: at most
         `new_images` whose image must be encoded and `cached` whose prefix is cached.
 
@@ -70,10 +70,18 @@ class Scheduler:
         whether a request that must be encoded has its crops. Admission stops at the first request
         that cannot go now (over a limit, crops not ready, or its image already being encoded in
         this batch: it will hit the cache next step), so requests start in arrival order.
+
+        `bucket(rows)` (the runner's decode batch bucket) keeps the decode batch small: a request
+        whose row would raise the bucket of the decoding rows waits while a finished row below that
+        bucket is still riding a launched step (a zombie, released at the next commit). Decode steps
+        cost with the bucket (rows 0..B-1 are computed), so one step of waiting beats running every
+        later step of its answer at the larger bucket.
         """
         admitted: list[Admitted[P]] = []
         encoding: set[str] = set()
         hits = 0
+        live = max((r for r, s in self.running.items() if not s.finalized), default=-1)  # highest decoding row
+        zombie = min((r for r, s in self.running.items() if s.finalized), default=self.rows)  # lowest zombie row
         while self.waiting and self.free_rows:
             seq = self.waiting[0]
             prefix = cached_prefix(seq.image_key)
@@ -81,9 +89,15 @@ class Scheduler:
                 break
             if prefix is not None and hits >= cached:
                 break
+            if bucket is not None:
+                size = bucket(live + 1) if live >= 0 else 0   # the decode bucket now (0: nothing decodes)
+                if self.free_rows[0] >= size and zombie < max(size, 1):
+                    break  # this row would raise the bucket; a zombie's row inside it frees at the next commit
             self.waiting.popleft()
             start = self.prefix_len + len(seq.prompt)
-            self.start(seq, heapq.heappop(self.free_rows), start, start + seq.budget)
+            row = heapq.heappop(self.free_rows)
+            self.start(seq, row, start, start + seq.budget)
+            live = max(live, row)
             if prefix is None:
                 encoding.add(seq.image_key)
             else:
