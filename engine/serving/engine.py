@@ -13,8 +13,10 @@ the CPU looks at step t, so the CPU's bookkeeping hides behind the GPU's forward
     copy         │ ▓ D2H t ▓   │                         │ ▓ H2D meta t+1 ▓│ │ ▓ D2H t+1 ▓ …
     stream       │ (slot t%2)  │                         │  (slot (t+1)%2) │ │ (waits `sampled`)
 
-- `_launch` → `Scheduler.admit` + `Runner.launch_prefill`, or `Scheduler.decode_plan` + `Runner.launch_decode`: the forward reads token t and its
-  region value from device memory (`pending_*`), so nothing round-trips through the CPU.
+- `_launch` → `Scheduler.decode_plan` + `Runner.launch_decode` for the running rows, and
+  `Scheduler.admit` + `Runner.launch_prefill` for new requests: either, or both in one *mixed* step
+  (decode forward first, then the prefill; one sampling pass). The decode forward reads token t and
+  its region value from device memory (`pending_*`), so nothing round-trips through the CPU.
 - `_commit` → `Runner.read_results` + `Scheduler.commit`: the grammar state for t+1 is known
   only after this, which is why sampling (finalize) comes after it: forward now, sample later.
 - `_finalize` → `Scheduler.mask_states` + `Runner.finalize`.

@@ -28,7 +28,9 @@ class Runner(Protocol):
     def launch_prefill(self, items: list[Any], *, keep_prefixes: bool) -> list[Any]:
         """Enqueue the prefill of `items` (PrefillItem); per item, the fresh image prefix or None."""
 
-    def launch_decode(self, slot: int, batch: int, positions: np.ndarray, attn_len: int) -> None: ...
+    def launch_decode(self, slot: int, batch: int, positions: np.ndarray, attn_len: int) -> None:
+        """Enqueue the decode forward of rows 0..batch-1. A mixed step calls it before `launch_prefill`
+        (whose rows are padding here); one `finalize` then samples both."""
 
     def finalize(self, slot: int, batch: int, state_ids: np.ndarray, active: np.ndarray) -> None: ...
 
