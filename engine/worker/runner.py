@@ -258,7 +258,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def capture_all(self, max_position: int) -> int:
-        """Capture every (batch, length) decode bucket and every sampling bucket up front."""
+        """Capture every (batch, length) decode bucket, every sampling bucket and every prompt
+        prefill (batch bucket × prompt length) up front, so no request waits for a capture."""
         if not self.use_graphs:
             return 0
         lengths = sorted({self.attn_bucket(p) for p in range(self.cfg.prefix_len, max_position + 1, self.len_bucket)}
@@ -269,6 +270,12 @@ class ModelRunner:
                     self._graph(b, n)
                 for slot in self.slots:
                     self._captured(("sample", slot.index, b), lambda: self._sample(slot, b))
+            # Prompt prefills captured on padding only: every token writes the scratch position of row 0.
+            self.prompt_in.zero_()
+            self.prompt_in[1].fill_(self.scratch_pos)
+            for b in reversed(self.buckets):
+                for n in PROMPT_LENGTHS:
+                    self._captured(("prompt", b, n), lambda: self._prompt_forward(b, n))
         self.streams.synchronize()
         return len(self.graphs)
 
