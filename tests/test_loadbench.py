@@ -25,7 +25,13 @@ def test_loadbench_tiny_cpu_writes_every_row(tmp_path, capsys):
         assert r["prefill_steps_per_request"] == 1.0 if r["c"] == 1 else 1 / 3 <= r["prefill_steps_per_request"] <= 1.0
         assert 0 < r["first_object_mean_ms"] <= r["latency_mean_ms"]
         assert r["latency_p50_ms"] <= r["latency_p90_ms"]
-    assert "req/s" in capsys.readouterr().out
+        # the engine thread's verbs fit in its tick; CPU time never exceeds wall time
+        verbs = r["engine_ms_per_tick"]
+        assert set(verbs) == {"launch", "results", "commit", "finalize"}
+        assert all(0 <= cpu <= wall + 0.05 for wall, cpu in verbs.values()) and verbs["launch"][0] > 0
+        assert sum(wall for wall, _ in verbs.values()) <= r["tick_ms"] + 1e-6 and r["outside_ms_per_tick"] >= 0
+    printed = capsys.readouterr().out
+    assert "req/s" in printed and "engine thread, ms per tick" in printed
 
 
 def test_unique_images_differ_and_same_images_do_not():
@@ -82,3 +88,4 @@ def test_loadbench_drives_the_http_server(tmp_path):
     assert all(r["req_per_s"] > 0 and r["decode_steps_per_s"] > 0 and r["first_object_mean_ms"] is None
                for r in report["rows"])
     assert [r["prefill_steps_per_request"] for r in report["rows"] if r["c"] == 1] == [1.0, 1.0]  # read from /metrics
+    assert not any("engine_ms_per_tick" in r for r in report["rows"])  # the server's engine thread is not ours to time

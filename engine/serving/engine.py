@@ -54,6 +54,7 @@ from engine.serving.limits import (DEFAULT_MAX_OBJECTS, DEFAULT_MAX_TOKENS, MAX_
                                    answer_budget, kv_positions, max_answer_tokens)
 from engine.serving.scheduler import Scheduler
 from engine.serving.sequence import Sequence
+from engine.serving.timing import StepClock
 from engine.serving.skills import (caption_prompt_ids, prompt_ids, query_prompt_ids, validate_question,
                                    validate_request)
 from engine.worker.pipeline import PipelineState, Step
@@ -158,6 +159,7 @@ class Engine:
         self.steps = 0
         self.decode_steps = 0
         self.prefill_steps = 0   # steps that prefilled admitted requests (mixed steps included)
+        self.step_clock = StepClock()  # the engine thread's wall and CPU time per verb (diagnostics)
         self.model_info: ModelInfo | None = None   # set by from_pretrained
 
     @classmethod
@@ -295,15 +297,20 @@ class Engine:
         self.scheduler.reap(self.clock())
         if self.scheduler.is_idle() and self.pipeline.is_idle():
             return False
+        phase = self.step_clock.phase
         if self.config.pipelined:
-            step = self._launch()
+            with phase("launch"):
+                step = self._launch()
             committed = self._commit()
             if step is not None:
-                self._finalize(step)
+                with phase("finalize"):
+                    self._finalize(step)
         else:
-            step = self._launch()
+            with phase("launch"):
+                step = self._launch()
             if step is not None:
-                self._finalize(step)
+                with phase("finalize"):
+                    self._finalize(step)
             committed = self._commit()
         self.steps += 1
         return step is not None or committed
@@ -402,9 +409,11 @@ class Engine:
         step = self.pipeline.oldest_sampled()
         if step is None:
             return False
-        results = self.runner.read_results(step.slot, step.batch, step.rows)
-        self.pipeline.commit(step)
-        self.scheduler.commit(step.rows, results)
+        with self.step_clock.phase("results"):
+            results = self.runner.read_results(step.slot, step.batch, step.rows)
+        with self.step_clock.phase("commit"):
+            self.pipeline.commit(step)
+            self.scheduler.commit(step.rows, results)
         return True
 
     def _has_pixels(self, seq: Sequence, cached: bool) -> bool:

@@ -89,6 +89,10 @@ class EngineTarget:
         """(decode steps, prefill steps) so far."""
         return self.engine.decode_steps, self.engine.prefill_steps
 
+    def engine_times(self) -> tuple[int, dict[str, tuple[float, float]]]:
+        """(ticks, {verb: (wall s, CPU s)}) of the engine thread so far (`engine.serving.timing`)."""
+        return self.engine.steps, self.engine.step_clock.snapshot()
+
 
 class HttpTarget:
     """Requests to `python -m app.serve` over HTTP, in the moondream client's wire format (a JPEG
@@ -199,7 +203,8 @@ def run_wave(target, images: ImageSource, task: str, clients: int, per_client: i
                 first_object.append(first - start if first is not None else float("nan"))
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
-    steps0 = target.steps()
+    timed = getattr(target, "engine_times", None)
+    steps0, times0 = target.steps(), timed() if timed else None
     start = time.perf_counter()
     for t in threads:
         t.start()
@@ -208,9 +213,13 @@ def run_wave(target, images: ImageSource, task: str, clients: int, per_client: i
     wall = time.perf_counter() - start
     if errors:
         raise errors[0]
-    steps = target.steps()
-    return {"latencies": latencies, "first_object": first_object, "wall": wall,
-            "decode_steps": steps[0] - steps0[0], "prefill_steps": steps[1] - steps0[1]}
+    steps, times = target.steps(), timed() if timed else None
+    raw = {"latencies": latencies, "first_object": first_object, "wall": wall,
+           "decode_steps": steps[0] - steps0[0], "prefill_steps": steps[1] - steps0[1]}
+    if times is not None:
+        raw["ticks"] = times[0] - times0[0]
+        raw["engine_s"] = {k: (w - times0[1][k][0], c - times0[1][k][1]) for k, (w, c) in times[1].items()}
+    return raw
 
 
 @torch.inference_mode()
@@ -245,7 +254,20 @@ def summarise(task: str, mode: str, clients: int, raw: dict) -> dict:
             "first_object_mean_ms": float(np.nanmean(ttfo)) if np.isfinite(ttfo).any() else None,
             "first_object_p50_ms": float(np.nanpercentile(ttfo, 50)) if np.isfinite(ttfo).any() else None,
             "decode_steps_per_s": raw["decode_steps"] / raw["wall"],
-            "prefill_steps_per_request": raw["prefill_steps"] / n}
+            "prefill_steps_per_request": raw["prefill_steps"] / n,
+            **engine_thread(raw)}
+
+
+def engine_thread(raw: dict) -> dict:
+    """The in-process engine thread's milliseconds per tick: per verb, wall and CPU; `outside` is the
+    rest of the tick's period (the loop waiting for work, and what surrounds the verbs)."""
+    if not raw.get("ticks"):
+        return {}
+    ticks = raw["ticks"]
+    per = {k: [w / ticks * 1e3, c / ticks * 1e3] for k, (w, c) in raw["engine_s"].items()}
+    period = raw["wall"] / ticks * 1e3
+    return {"ticks_per_s": ticks / raw["wall"], "tick_ms": period, "engine_ms_per_tick": per,
+            "outside_ms_per_tick": period - sum(w for w, _ in per.values())}
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -358,6 +380,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['latency_mean_ms']:>8.1f} {r['latency_p50_ms']:>8.1f} {r['latency_p90_ms']:>8.1f} "
               f"{'n/a' if r['first_object_mean_ms'] is None else format(r['first_object_mean_ms'], '.1f'):>10} "
               f"{r['decode_steps_per_s']:>14.1f} {r['prefill_steps_per_request']:>12.2f}")
+    timed_rows = [r for r in rows if "engine_ms_per_tick" in r]
+    if timed_rows:
+        print("engine thread, ms per tick (wall/CPU; wall beyond CPU is waiting: for the device in 'results', "
+              "else mostly for the interpreter lock)")
+        print(f"{'task':>6} {'image':>6} {'c':>3} {'tick ms':>8} {'launch':>11} {'results':>11} {'commit':>11} "
+              f"{'finalize':>11} {'outside':>8}")
+        for r in timed_rows:
+            e = r["engine_ms_per_tick"]
+            cells = " ".join(f"{e[k][0]:>5.2f}/{e[k][1]:<5.2f}" for k in ("launch", "results", "commit", "finalize"))
+            print(f"{r['task']:>6} {r['image']:>6} {r['c']:>3} {r['tick_ms']:>8.2f} {cells} {r['outside_ms_per_tick']:>8.2f}")
     if args.json:
         with open(args.json, "w") as f:
             settings = {} if engine is None else {
