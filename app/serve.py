@@ -108,6 +108,19 @@ class Metrics:
               registry=self.registry).set_function(lambda: engine.decode_steps)
         Gauge("mdpipe_prefill_steps", "steps that prefilled admitted requests since start (mixed steps included)",
               registry=self.registry).set_function(lambda: engine.prefill_steps)
+        self.phases = Counter("mdpipe_request_phase_seconds",
+                              "seconds of detect/point requests by phase: body (receive and parse), submit (image, "
+                              "grammar, queueing), wait (until the result reached the event loop; 'wake' is its part "
+                              "after the engine finished, when known), reply (encoding)", ["phase"],
+                              registry=self.registry)
+
+    def observe_phases(self, marks: list[float], finished: float | None) -> None:
+        """marks: monotonic times at start, body read, submitted, result in hand, reply encoded;
+        `finished`: when the engine delivered the result (its clock), if known."""
+        for name, a, b in zip(("body", "submit", "wait", "reply"), marks, marks[1:]):
+            self.phases.labels(name).inc(b - a)
+        if finished is not None and marks[2] <= finished <= marks[3]:
+            self.phases.labels("wake").inc(marks[3] - finished)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
@@ -277,12 +290,21 @@ class MoondreamAPI:
 
     # ---- skills -------------------------------------------------------------------------
     async def spatial(self, request: Request, skill: str) -> Response:
+        marks = [time.monotonic()]
         body = await self.read_json(request)
+        marks.append(time.monotonic())
         image = body.get("image_url")
         max_objects = settings_of(body).get("max_objects", DEFAULT_MAX_OBJECTS)
         handle = await self.submit(image, skill, body.get("object"), max_objects=max_objects)
+        marks.append(time.monotonic())
         result = await self.result(request, handle)
-        return FastJSONResponse(result)
+        marks.append(time.monotonic())
+        response = FastJSONResponse(result)
+        marks.append(time.monotonic())
+        seq = getattr(handle, "seq", None)  # an in-process engine on the default clock says when it finished
+        same_clock = getattr(self.engine, "clock", None) is time.monotonic
+        self.metrics.observe_phases(marks, seq.finished_at if seq is not None and same_clock else None)
+        return response
 
     async def detect(self, request: Request) -> Response:
         return await self.spatial(request, "detect")

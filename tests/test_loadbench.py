@@ -89,3 +89,7 @@ def test_loadbench_drives_the_http_server(tmp_path):
                for r in report["rows"])
     assert [r["prefill_steps_per_request"] for r in report["rows"] if r["c"] == 1] == [1.0, 1.0]  # read from /metrics
     assert not any("engine_ms_per_tick" in r for r in report["rows"])  # the server's engine thread is not ours to time
+    for r in report["rows"]:  # the server's phases per request (its /metrics), within the client's latency
+        phases = r["server_ms_per_request"]
+        assert set(phases) == {"body", "submit", "wait", "wake", "reply"} and all(v >= 0 for v in phases.values())
+        assert phases["wake"] <= phases["wait"] and r["outside_server_ms_per_request"] >= 0

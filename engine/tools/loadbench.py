@@ -163,18 +163,26 @@ class HttpTarget:
         """Encode `image` once, before the timed wave (the `same` mode's one image)."""
         self.encoded[id(image)] = self.image_url(image)
 
+    def metrics(self) -> dict[str, float]:
+        root = self.url.removesuffix("/v1")
+        with urllib.request.urlopen(f"{root}/metrics", timeout=60) as r:
+            return {name: float(value) for name, _, value in
+                    (line.partition(" ") for line in r.read().decode().splitlines()) if name.startswith("mdpipe_")}
+
     def steps(self) -> tuple[int, int]:
         """(decode steps, prefill steps) so far, from the server's /metrics."""
-        root = self.url.removesuffix("/v1")
-        names = ("mdpipe_decode_steps", "mdpipe_prefill_steps")
-        with urllib.request.urlopen(f"{root}/metrics", timeout=60) as r:
-            values = {name: int(float(value)) for name, _, value in
-                      (line.partition(" ") for line in r.read().decode().splitlines()) if name in names}
+        values = self.metrics()
         try:
-            return values[names[0]], values[names[1]]
+            return int(values["mdpipe_decode_steps"]), int(values["mdpipe_prefill_steps"])
         except KeyError:
-            raise RuntimeError(f"{root}/metrics has no mdpipe_decode_steps / mdpipe_prefill_steps: "
-                               "is this python -m app.serve?") from None
+            raise RuntimeError(f"{self.url.removesuffix('/v1')}/metrics has no mdpipe_decode_steps / "
+                               "mdpipe_prefill_steps: is this python -m app.serve?") from None
+
+    def server_times(self) -> dict[str, float]:
+        """{phase: seconds so far} of the server's detect/point requests (app.serve's
+        mdpipe_request_phase_seconds): body, submit, wait (its part after the engine finished: wake), reply."""
+        prefix = 'mdpipe_request_phase_seconds_total{phase="'
+        return {name[len(prefix):-2]: value for name, value in self.metrics().items() if name.startswith(prefix)}
 
 
 def run_wave(target, images: ImageSource, task: str, clients: int, per_client: int, max_objects: int) -> dict:
@@ -204,7 +212,8 @@ def run_wave(target, images: ImageSource, task: str, clients: int, per_client: i
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
     timed = getattr(target, "engine_times", None)
-    steps0, times0 = target.steps(), timed() if timed else None
+    served = getattr(target, "server_times", None)
+    steps0, times0, served0 = target.steps(), timed() if timed else None, served() if served else None
     start = time.perf_counter()
     for t in threads:
         t.start()
@@ -213,9 +222,11 @@ def run_wave(target, images: ImageSource, task: str, clients: int, per_client: i
     wall = time.perf_counter() - start
     if errors:
         raise errors[0]
-    steps, times = target.steps(), timed() if timed else None
+    steps, times, served1 = target.steps(), timed() if timed else None, served() if served else None
     raw = {"latencies": latencies, "first_object": first_object, "wall": wall,
            "decode_steps": steps[0] - steps0[0], "prefill_steps": steps[1] - steps0[1]}
+    if served1:
+        raw["server_s"] = {k: v - served0.get(k, 0.0) for k, v in served1.items()}
     if times is not None:
         raw["ticks"] = times[0] - times0[0]
         raw["engine_s"] = {k: (w - times0[1][k][0], c - times0[1][k][1]) for k, (w, c) in times[1].items()}
@@ -255,7 +266,17 @@ def summarise(task: str, mode: str, clients: int, raw: dict) -> dict:
             "first_object_p50_ms": float(np.nanpercentile(ttfo, 50)) if np.isfinite(ttfo).any() else None,
             "decode_steps_per_s": raw["decode_steps"] / raw["wall"],
             "prefill_steps_per_request": raw["prefill_steps"] / n,
-            **engine_thread(raw)}
+            **engine_thread(raw), **server_phases(raw, n, float(lat.mean()))}
+
+
+def server_phases(raw: dict, n: int, latency_ms: float) -> dict:
+    """Over HTTP: the server's milliseconds per request by phase, and what the client's latency
+    holds beyond them (the client, the network, and the server around the handler)."""
+    if not raw.get("server_s"):
+        return {}
+    per = {k: v / n * 1e3 for k, v in raw["server_s"].items()}
+    inside = sum(per.get(k, 0.0) for k in ("body", "submit", "wait", "reply"))
+    return {"server_ms_per_request": per, "outside_server_ms_per_request": latency_ms - inside}
 
 
 def engine_thread(raw: dict) -> dict:
@@ -390,6 +411,16 @@ def main(argv: list[str] | None = None) -> int:
             e = r["engine_ms_per_tick"]
             cells = " ".join(f"{e[k][0]:>5.2f}/{e[k][1]:<5.2f}" for k in ("launch", "results", "commit", "finalize"))
             print(f"{r['task']:>6} {r['image']:>6} {r['c']:>3} {r['tick_ms']:>8.2f} {cells} {r['outside_ms_per_tick']:>8.2f}")
+    served_rows = [r for r in rows if "server_ms_per_request" in r]
+    if served_rows:
+        print("server, ms per request (wake: the part of wait after the engine finished, when the server can tell)")
+        print(f"{'task':>6} {'image':>6} {'c':>3} {'body':>7} {'submit':>7} {'wait':>8} {'wake':>7} {'reply':>6} "
+              f"{'outside':>8}")
+        for r in served_rows:
+            p = r["server_ms_per_request"]
+            wake = "n/a" if "wake" not in p else format(p["wake"], ".2f")
+            print(f"{r['task']:>6} {r['image']:>6} {r['c']:>3} {p.get('body', 0):>7.2f} {p.get('submit', 0):>7.2f} "
+                  f"{p.get('wait', 0):>8.2f} {wake:>7} {p.get('reply', 0):>6.2f} {r['outside_server_ms_per_request']:>8.2f}")
     if args.json:
         with open(args.json, "w") as f:
             settings = {} if engine is None else {
