@@ -330,6 +330,21 @@ def test_admission_waits_a_step_rather_than_raise_the_decode_bucket():
     sched.add(seqs[33])
     (got,) = sched.admit(0, 64, lambda key: "prefix", lambda s: True, bucket)
     assert got.seq is seqs[33] and seqs[33].row == 5
+    # Nothing decoding, zombies in rows 1..7, row 0 free: one request takes row 0, the next waits
+    # for the zombies' rows instead of taking row 8 (a bucket of 16 rather than 8).
+    idle = Scheduler(16, 999, 10, 1, 2, 3)
+    first = [Sequence(200 + i, "point", [5], 1, 4, "img", None, None) for i in range(8)]
+    for seq in first:
+        idle.add(seq)
+    idle.admit(0, 64, lambda key: "prefix", lambda s: True, bucket)
+    for seq in first:
+        idle.finish(seq)
+        seq.inflight_refs = 1
+    first[0].inflight_refs = 0
+    idle.release(first[0])
+    for i in range(2):
+        idle.add(Sequence(300 + i, "point", [5], 1, 4, "img", None, None))
+    assert [a.seq.row for a in idle.admit(0, 64, lambda key: "prefix", lambda s: True, bucket)] == [0]
     # With no zombie to wait for, a request takes the next row even though the bucket grows.
     fresh = Scheduler(64, 999, 10, 1, 2, 3)
     for i in range(33):

@@ -159,6 +159,7 @@ class Engine:
         self.steps = 0
         self.decode_steps = 0
         self.prefill_steps = 0   # steps that prefilled admitted requests (mixed steps included)
+        self.decode_rows = 0     # rows computed by decode forwards (their batch buckets, padding included), summed
         self.step_clock = StepClock()  # the engine thread's wall and CPU time per verb (diagnostics)
         self.model_info: ModelInfo | None = None   # set by from_pretrained
 
@@ -370,6 +371,7 @@ class Engine:
                                   self.runner.attn_bucket(plan.attn_len_needed - 1))
         self.scheduler.on_launch(plan.rows, advance_position=True)
         self.decode_steps += 1
+        self.decode_rows += plan.batch
         return self.pipeline.launch("decode", plan.rows, plan.batch)
 
     def _launch_with_prefill(self, admitted: list, plan) -> Step:
@@ -397,6 +399,7 @@ class Engine:
             return self.pipeline.launch("prefill", rows, max(rows) + 1)
         self.scheduler.on_launch(plan.rows, advance_position=True)
         self.decode_steps += 1
+        self.decode_rows += plan.batch
         rows = sorted(rows + plan.rows)
         return self.pipeline.launch("mixed", rows, self.runner.batch_bucket(rows[-1] + 1))
 

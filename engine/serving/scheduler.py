@@ -72,10 +72,10 @@ class Scheduler:
         this batch: it will hit the cache next step), so requests start in arrival order.
 
         `bucket(rows)` (the runner's decode batch bucket) keeps the decode batch small: a request
-        whose row would raise the bucket of the decoding rows waits while a finished row below that
-        bucket is still riding a launched step (a zombie, released at the next commit). Decode steps
-        cost with the bucket (rows 0..B-1 are computed), so one step of waiting beats running every
-        later step of its answer at the larger bucket.
+        whose row would raise the bucket of the decoding rows waits while a finished row that would
+        raise it less is still riding a launched step (a zombie, released at the next commit).
+        Decode steps cost with the bucket (rows 0..B-1 are computed), so one step of waiting beats
+        running every later step of its answer at the larger bucket.
         """
         admitted: list[Admitted[P]] = []
         encoding: set[str] = set()
@@ -89,10 +89,11 @@ class Scheduler:
                 break
             if prefix is not None and hits >= cached:
                 break
-            if bucket is not None:
+            if bucket is not None and zombie < self.rows:
                 size = bucket(live + 1) if live >= 0 else 0   # the decode bucket now (0: nothing decodes)
-                if self.free_rows[0] >= size and zombie < max(size, 1):
-                    break  # this row would raise the bucket; a zombie's row inside it frees at the next commit
+                grown = bucket(self.free_rows[0] + 1)
+                if grown > size and bucket(zombie + 1) < grown:
+                    break  # this row would raise the bucket; a zombie's row, freed at the next commit, would not
             self.waiting.popleft()
             start = self.prefix_len + len(seq.prompt)
             row = heapq.heappop(self.free_rows)

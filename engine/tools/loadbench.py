@@ -89,9 +89,10 @@ class EngineTarget:
         """(decode steps, prefill steps) so far."""
         return self.engine.decode_steps, self.engine.prefill_steps
 
-    def engine_times(self) -> tuple[int, dict[str, tuple[float, float]]]:
-        """(ticks, {verb: (wall s, CPU s)}) of the engine thread so far (`engine.serving.timing`)."""
-        return self.engine.steps, self.engine.step_clock.snapshot()
+    def engine_times(self) -> tuple[int, dict[str, tuple[float, float]], int]:
+        """(ticks, {verb: (wall s, CPU s)}, decode rows) of the engine thread so far
+        (`engine.serving.timing`; decode rows: the batch buckets of its decode forwards, summed)."""
+        return self.engine.steps, self.engine.step_clock.snapshot(), self.engine.decode_rows
 
 
 class HttpTarget:
@@ -230,6 +231,7 @@ def run_wave(target, images: ImageSource, task: str, clients: int, per_client: i
     if times is not None:
         raw["ticks"] = times[0] - times0[0]
         raw["engine_s"] = {k: (w - times0[1][k][0], c - times0[1][k][1]) for k, (w, c) in times[1].items()}
+        raw["decode_rows"] = times[2] - times0[2]
     return raw
 
 
@@ -288,7 +290,8 @@ def engine_thread(raw: dict) -> dict:
     per = {k: [w / ticks * 1e3, c / ticks * 1e3] for k, (w, c) in raw["engine_s"].items()}
     period = raw["wall"] / ticks * 1e3
     return {"ticks_per_s": ticks / raw["wall"], "tick_ms": period, "engine_ms_per_tick": per,
-            "outside_ms_per_tick": period - sum(w for w, _ in per.values())}
+            "outside_ms_per_tick": period - sum(w for w, _ in per.values()),
+            "decode_batch_mean": raw["decode_rows"] / raw["decode_steps"] if raw["decode_steps"] else None}
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -406,11 +409,13 @@ def main(argv: list[str] | None = None) -> int:
         print("engine thread, ms per tick (wall/CPU; wall beyond CPU is waiting: for the device in 'results', "
               "else mostly for the interpreter lock)")
         print(f"{'task':>6} {'image':>6} {'c':>3} {'tick ms':>8} {'launch':>11} {'results':>11} {'commit':>11} "
-              f"{'finalize':>11} {'outside':>8}")
+              f"{'finalize':>11} {'outside':>8} {'decode batch':>12}")
         for r in timed_rows:
             e = r["engine_ms_per_tick"]
             cells = " ".join(f"{e[k][0]:>5.2f}/{e[k][1]:<5.2f}" for k in ("launch", "results", "commit", "finalize"))
-            print(f"{r['task']:>6} {r['image']:>6} {r['c']:>3} {r['tick_ms']:>8.2f} {cells} {r['outside_ms_per_tick']:>8.2f}")
+            batch = "n/a" if r["decode_batch_mean"] is None else format(r["decode_batch_mean"], ".1f")
+            print(f"{r['task']:>6} {r['image']:>6} {r['c']:>3} {r['tick_ms']:>8.2f} {cells} {r['outside_ms_per_tick']:>8.2f}"
+                  f" {batch:>12}")
     served_rows = [r for r in rows if "server_ms_per_request" in r]
     if served_rows:
         print("server, ms per request (wake: the part of wait after the engine finished, when the server can tell)")
