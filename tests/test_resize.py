@@ -53,6 +53,18 @@ def test_random_sizes_give_pyvips_pixels():
                                       err_msg=f"{(height, width)} -> {(h, w)}")
 
 
+def test_slight_enlargements_of_both_axes_follow_libvips_positions():
+    # Just below the embedded preset's 384-px canvas. libvips steps along a row by its inverse
+    # matrix's entry (1/det times the other axis' scale), added pixel by pixel; the earlier
+    # 1/scale, multiplied, missed by up to 7 levels on 24 of these 136 size pairs.
+    rng = np.random.default_rng(5)
+    for height in range(360, 384, 3):
+        for width in range(350, 384, 2):
+            pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+            np.testing.assert_array_equal(vips_resize(torch.from_numpy(pixels), 384, 384).numpy(),
+                                          reference(pixels, 384, 384), err_msg=f"{(height, width)} -> (384, 384)")
+
+
 def test_the_crops_of_every_preset_match_the_reference_crops():
     rng = np.random.default_rng(5)
     pixels = rng.integers(0, 256, (480, 640, 3), dtype=np.uint8)

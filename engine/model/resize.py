@@ -14,11 +14,13 @@ without leaving the numbers the released weights were made with. Per axis, in li
   the input at (i + 0.5)·s' − 0.5 − offset, where offset = (1 + out·s' − n')/2 − 1 centres what
   rounding left over. libvips advances that position by s' along a row (float64, accumulated),
   which this follows; vertically it restarts in every region, so rows use their own index.
-* Upsizing, if either factor is above 1 (`vips_affine` with the Catmull-Rom "bicubic"
-  interpolator). The output size is round(n · s). Output i samples the input at i / s − 0.5, on
-  both axes, even an axis that keeps its size (libvips 8.18 passes idx = idy = 0.5 then). Four
-  taps, with the edge pixel repeated; 12-bit coefficients at 1/64 pixel; the horizontal sums are
-  rounded but not clipped, then the vertical ones are rounded and clipped.
+* Upsizing, if either factor is above 1 (one `vips_affine` of both axes, with the Catmull-Rom
+  "bicubic" interpolator). The output size is round(n · s). Output i samples the input at about
+  i / s − 0.5, on both axes, even an axis that keeps its size (libvips 8.18 passes idx = idy = 0.5
+  then); to the bit, the step is the inverse matrix's entry (1/det times the other axis' scale),
+  added pixel by pixel along a row and multiplied down a column. Four taps, with the edge pixel
+  repeated; 12-bit coefficients at 1/64 pixel; the horizontal sums are rounded but not clipped,
+  then the vertical ones are rounded and clipped.
 
 Every pass is a product of integer matrices with pixel values, exact in float64 (all sums stay
 far below 2⁵³), so CPU and GPU give the same bits. Matrices are built once per size pair
@@ -125,10 +127,18 @@ def _reduce(axis: int, n: int, shrink: float) -> tuple[list[Pass], int]:
     return passes + [Pass(axis, weights=_matrix(n, first, masks[_subpixel(position)]))], n_out
 
 
-def _enlarge(n: int, scale: float) -> np.ndarray:
-    """[round(n·scale), n]: the Catmull-Rom taps of vips_affine with idx 0.5 (scale ≥ 1)."""
+def _enlarge(n: int, scale: float, step: float, accumulate: bool) -> np.ndarray:
+    """[round(n·scale), n]: the Catmull-Rom taps of vips_affine with idx 0.5 (scale ≥ 1).
+
+    `step` is the inverse matrix's entry for this axis, as libvips computes it (1/det times the other
+    axis' scale, so not always 1/scale to the bit). Along a row libvips starts each line at 1.5 in its
+    bordered input (i/s − 0.5 + 2 at i = 0) and adds `step` per pixel (`accumulate`; scale-only
+    affines render whole lines); down a column it multiplies: step·i − (0.5 − 1) + 1."""
     n_out = int(n * scale + 0.5)
-    position = (1.0 / scale) * np.arange(n_out) - (0.5 - 1) + 1   # in libvips' 2-px bordered input: i/s − 0.5 + 2
+    if accumulate:
+        position = np.cumsum(np.r_[0.0 - (0.5 - 1) + 1, np.full(n_out - 1, step)])   # in order, as C adds
+    else:
+        position = step * np.arange(n_out) - (0.5 - 1) + 1
     return _matrix(n, position.astype(np.int64) - 3, _CUBIC[_subpixel(position)])
 
 
@@ -146,9 +156,11 @@ def resize_plan(height: int, width: int, out_height: int, out_width: int) -> tup
     if hscale < 1.0:
         steps, cols = _reduce(1, width, 1.0 / hscale)
         passes += steps
-    if hscale > 1.0 or vscale > 1.0:
-        passes.append(Pass(1, weights=_enlarge(cols, max(hscale, 1.0)), clip=False))
-        passes.append(Pass(0, weights=_enlarge(rows, max(vscale, 1.0))))
+    if hscale > 1.0 or vscale > 1.0:   # one vips_affine(a, 0, 0, d): 1.0 on an axis it does not enlarge
+        a, d = max(hscale, 1.0), max(vscale, 1.0)
+        inverse = 1.0 / (a * d - 0.0 * 0.0)   # vips__transform_calc_inverse: ia = d / det, id = a / det
+        passes.append(Pass(1, weights=_enlarge(cols, a, inverse * d, accumulate=True), clip=False))
+        passes.append(Pass(0, weights=_enlarge(rows, d, inverse * a, accumulate=False)))
     return tuple(passes)
 
 
