@@ -21,6 +21,11 @@ CASES = {
     "enlarge both axes (the tiling canvas)": ((480, 640), (644, 910)),
     "enlarge one axis, the other kept": ((97, 131), (97, 350)),
     "reduce one axis, enlarge the other": ((650, 377), (851, 192)),
+    "reduce rows by ~3: each 16-row region from its top row": ((1178, 100), (384, 100)),
+    "reduce rows, enlarge columns: the affine's overlapping row ranges": ((1178, 100), (384, 300)),
+    "rows box-shrunk: 128-row tiles": ((1411, 300), (352, 300)),
+    "rows box-shrunk, columns reduced: 128-column tiles": ((1411, 943), (352, 258)),
+    "rows box-shrunk, columns enlarged: tiles and overlapping row ranges": ((1411, 300), (352, 700)),
     "tiny to large": ((9, 13), (378, 378)),
     "one pixel out": ((200, 300), (1, 1)),
 }

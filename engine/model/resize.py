@@ -13,7 +13,9 @@ without leaving the numbers the released weights were made with. Per axis, in li
   to 12 bits, sums rounded (+2048 >> 12) and clipped to uint8 after each axis. Output i samples
   the input at (i + 0.5)·s' − 0.5 − offset, where offset = (1 + out·s' − n')/2 − 1 centres what
   rounding left over. libvips advances that position by s' along a row (float64, accumulated),
-  which this follows; vertically it restarts in every region, so rows use their own index.
+  which this follows; vertically each region (STRIP rows of a scale-only pipeline) starts from its
+  top row's index and adds s' per row. When an enlargement across follows, vips_affine asks for
+  overlapping row ranges, each computed from its own top, and each output strip reads its own copy.
 * Upsizing, if either factor is above 1 (one `vips_affine` of both axes, with the Catmull-Rom
   "bicubic" interpolator). The output size is round(n · s). Output i samples the input at about
   i / s − 0.5, on both axes, even an axis that keeps its size (libvips 8.18 passes idx = idy = 0.5
@@ -39,6 +41,8 @@ import torch
 SUBPIXELS = 64        # VIPS_TRANSFORM_SCALE: positions per pixel at which masks are tabulated
 ONE = 4096            # VIPS_INTERPOLATE_SCALE: 12-bit fixed-point coefficients
 GAP = 2.0             # vips_resize's default "gap": box-shrink while the factor is at least twice this
+STRIP = 16            # vips__fatstrip_height: a region of a FATSTRIP pipeline is the full width × 16 rows
+TILE = 128            # vips__tile_width/height: a region of a SMALLTILE pipeline (one with vips_shrinkv)
 
 
 def _lanczos3(x: float) -> float:
@@ -104,12 +108,23 @@ def _matrix(n_in: int, first_tap: np.ndarray, coefficients: np.ndarray) -> np.nd
     return np.bincount(flat, coefficients.reshape(-1).astype(np.float64), n_out * n_in).reshape(n_out, n_in)
 
 
-def _reduce(axis: int, n: int, shrink: float) -> tuple[list[Pass], int]:
-    """vips_reducev / vips_reduceh by `shrink` > 1 of an axis of n pixels: its passes and the size they leave."""
+def _box_factor(n: int, shrink: float) -> int:
+    """The integer box shrink vips_reducev/h does first (its "gap" rule)."""
+    n_out = int(math.floor(n / shrink + 0.5))
+    return max(1, int(math.floor(n / n_out / GAP)))
+
+
+def _reduce(axis: int, n: int, shrink: float, tile: int | None, regions=None) -> tuple[list[Pass], int]:
+    """vips_reducev / vips_reduceh by `shrink` > 1 of an axis of n pixels: its passes and the size they leave.
+
+    Each region starts from the position of its first row (vertically) or column (horizontally) and
+    adds the factor per pixel. Regions are `tile` pixels long along the axis (None: the whole axis),
+    or, vertically, the row ranges `regions(n_out)` asks for, in order; rows asked for twice are
+    computed twice, and the matrix has a row for each."""
     n_out = int(math.floor(n / shrink + 0.5))
     extra = n_out * shrink - n
     passes = []
-    k = max(1, int(math.floor(n / n_out / GAP)))
+    k = _box_factor(n, shrink)
     if k > 1:
         passes.append(Pass(axis, box=k))
         n, shrink, extra = -(-n // k), shrink / k, extra / k
@@ -119,27 +134,61 @@ def _reduce(axis: int, n: int, shrink: float) -> tuple[list[Pass], int]:
     offset = (1 + extra) / 2.0 - 1
     masks = _lanczos_masks(taps, shrink)
     pad = math.ceil(taps / 2.0) - 1                  # libvips embeds this many edge pixels first
-    if axis == 0:   # each region restarts the position: rows from their own index
-        position = (np.arange(n_out) + 0.5) * shrink - 0.5 - offset
-    else:           # along a row libvips adds `shrink` to the first position, in order (so does cumsum)
-        position = np.cumsum(np.r_[0.5 * shrink - 0.5 - offset, np.full(n_out - 1, shrink)])
+    step = tile or n_out
+    spans = regions(n_out) if regions else [(t, min(t + step, n_out)) for t in range(0, n_out, step)]
+    position = np.concatenate([np.cumsum(np.r_[(r0 + 0.5) * shrink - 0.5 - offset, np.full(r1 - r0 - 1, shrink)])
+                               for r0, r1 in spans])   # in order, as C adds (so does cumsum)
     first = position.astype(np.int64) - pad
     return passes + [Pass(axis, weights=_matrix(n, first, masks[_subpixel(position)]))], n_out
 
 
-def _enlarge(n: int, scale: float, step: float, accumulate: bool) -> np.ndarray:
+def _enlarge(n: int, scale: float, step: float, accumulate: bool, tile: int | None = None) -> np.ndarray:
     """[round(n·scale), n]: the Catmull-Rom taps of vips_affine with idx 0.5 (scale ≥ 1).
 
     `step` is the inverse matrix's entry for this axis, as libvips computes it (1/det times the other
-    axis' scale, so not always 1/scale to the bit). Along a row libvips starts each line at 1.5 in its
-    bordered input (i/s − 0.5 + 2 at i = 0) and adds `step` per pixel (`accumulate`; scale-only
-    affines render whole lines); down a column it multiplies: step·i − (0.5 − 1) + 1."""
+    axis' scale, so not always 1/scale to the bit). Along a row (`accumulate`) libvips starts each
+    region at step·left + 1.5 in its bordered input (i/s − 0.5 + 2 at i = left) and adds `step` per
+    pixel; regions are `tile` pixels wide (None: whole lines). Down a column it multiplies:
+    step·i − (0.5 − 1) + 1."""
     n_out = int(n * scale + 0.5)
     if accumulate:
-        position = np.cumsum(np.r_[0.0 - (0.5 - 1) + 1, np.full(n_out - 1, step)])   # in order, as C adds
+        width = tile or n_out
+        position = np.concatenate([np.cumsum(np.r_[step * left - (0.5 - 1) + 1, np.full(min(width, n_out - left) - 1, step)])
+                                   for left in range(0, n_out, width)])   # in order, as C adds
     else:
         position = step * np.arange(n_out) - (0.5 - 1) + 1
     return _matrix(n, position.astype(np.int64) - 3, _CUBIC[_subpixel(position)])
+
+
+def _round_int(x: float) -> int:
+    return int(x + 0.5) if x > 0 else int(x - 0.5)   # VIPS_ROUND_INT
+
+
+def _affine_regions(rows: int, step: float, tile: int) -> list[tuple[int, int]]:
+    """The rows vips_affine asks of its input, per `tile` output rows, for a vertical scale of 1
+    (output rows = `rows`; `step` the inverse matrix's vertical entry): the need rectangle of its
+    corners (id·y − idy, idy = 0.5 − 1, rounded to nearest), a margin of 1, the 4-tap window, then
+    clipped to the input bordered by 2 rows (window_offset + 1) on each side, less that border."""
+    spans = []
+    for top in range(0, rows, tile):
+        y0, y1 = step * top + 0.5, step * min(top + tile, rows) + 0.5
+        need_top, need_height = _round_int(y0) - 1, _round_int(y1 - y0) + 2 + 3
+        first, end = max(0, need_top), min(rows + 5, need_top + need_height)
+        spans.append((max(0, first - 2), min(rows, end - 2)))
+    return spans
+
+
+def _blocks(weights: np.ndarray, spans: list[tuple[int, int]], tile: int) -> np.ndarray:
+    """`weights` [out, n] applied strip by strip (`tile` output rows each) to stacked copies of rows:
+    output rows of strip s read the copy of rows spans[s] (every tap they have lies inside it)."""
+    out = np.zeros((weights.shape[0], sum(r1 - r0 for r0, r1 in spans)))
+    offset = 0
+    for s, (r0, r1) in enumerate(spans):
+        strip = slice(s * tile, min((s + 1) * tile, weights.shape[0]))
+        assert not weights[strip, :r0].any() and not weights[strip, r1:].any(), "a tap outside its region"
+        out[strip, offset:offset + r1 - r0] = weights[strip, r0:r1]
+        offset += r1 - r0
+    return out
 
 
 @functools.lru_cache(maxsize=64)
@@ -150,17 +199,27 @@ def resize_plan(height: int, width: int, out_height: int, out_width: int) -> tup
     vscale = max(out_height / height, 1.0 / height)
     passes: list[Pass] = []
     rows, cols = height, width
+    a, d = max(hscale, 1.0), max(vscale, 1.0)   # vips_affine(a, 0, 0, d): 1.0 on an axis it does not enlarge
+    inverse = 1.0 / (a * d - 0.0 * 0.0)          # vips__transform_calc_inverse: ia = d / det, id = a / det
+    # Regions: vips_shrinkv's SMALLTILE hint, when rows are box-shrunk, reaches the sink (the most
+    # restrictive hint wins): 128 × 128 tiles; otherwise full-width strips of 16 rows.
+    small = vscale < 1.0 and _box_factor(height, 1.0 / vscale) > 1
+    tall, wide = (TILE, TILE) if small else (STRIP, None)
+    # Rows reduced and then enlarged across: vips_affine asks reducev for overlapping row ranges,
+    # each computed from its own top; the copies are stacked and each strip reads its own.
+    spans = (lambda n: _affine_regions(n, inverse * a, tall)) if vscale < 1.0 and hscale > 1.0 else None
     if vscale < 1.0:
-        steps, rows = _reduce(0, height, 1.0 / vscale)
+        steps, rows = _reduce(0, height, 1.0 / vscale, tall, spans)
         passes += steps
+        if steps[-1].box > 1:
+            spans = None   # a box shrink alone: no positions, one copy of each row
     if hscale < 1.0:
-        steps, cols = _reduce(1, width, 1.0 / hscale)
+        steps, cols = _reduce(1, width, 1.0 / hscale, wide)
         passes += steps
-    if hscale > 1.0 or vscale > 1.0:   # one vips_affine(a, 0, 0, d): 1.0 on an axis it does not enlarge
-        a, d = max(hscale, 1.0), max(vscale, 1.0)
-        inverse = 1.0 / (a * d - 0.0 * 0.0)   # vips__transform_calc_inverse: ia = d / det, id = a / det
-        passes.append(Pass(1, weights=_enlarge(cols, a, inverse * d, accumulate=True), clip=False))
-        passes.append(Pass(0, weights=_enlarge(rows, d, inverse * a, accumulate=False)))
+    if hscale > 1.0 or vscale > 1.0:
+        passes.append(Pass(1, weights=_enlarge(cols, a, inverse * d, accumulate=True, tile=wide), clip=False))
+        vertical = _enlarge(rows, d, inverse * a, accumulate=False)
+        passes.append(Pass(0, weights=_blocks(vertical, spans(rows), tall) if spans else vertical))
     return tuple(passes)
 
 
