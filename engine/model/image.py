@@ -448,11 +448,16 @@ def overlap_crops_tensor(pixels: torch.Tensor, cfg: VisionConfig, *,
 def prepare_overlap_crops(height: int, width: int, cfg: VisionConfig) -> tuple[int, int]:
     """Build (and cache) on the CPU the resize plans `overlap_crops_tensor` needs for a height × width
     image, so that a device's thread only multiplies; returns the tiling."""
-    crop, window, margin_px = _geometry(cfg)
-    th, tw = select_tiling(height - 2 * margin_px, width - 2 * margin_px, window, cfg.max_crops)
-    resize_plan(height, width, th * window + 2 * margin_px, tw * window + 2 * margin_px)
-    resize_plan(height, width, crop, crop)
-    return th, tw
+    tiling = tiling_for_size(height, width, cfg)
+    resize_plan(height, width, *_canvas_size(cfg, tiling))
+    resize_plan(height, width, cfg.crop_size, cfg.crop_size)
+    return tiling
+
+
+def _canvas_size(cfg: VisionConfig, tiling: tuple[int, int]) -> tuple[int, int]:
+    """The size the whole image is resized to before its tiles are cut: (th·window + 2·margin, tw·…)."""
+    _, window, margin_px = _geometry(cfg)
+    return tiling[0] * window + 2 * margin_px, tiling[1] * window + 2 * margin_px
 
 
 def _crops(pixels, cfg: VisionConfig, tiling, resize, stack):
@@ -464,7 +469,7 @@ def _crops(pixels, cfg: VisionConfig, tiling, resize, stack):
     th, tw = int(tiling[0]), int(tiling[1])
     if th < 1 or tw < 1:
         raise ValueError(f"tiling must be at least (1, 1), got {tiling}")
-    canvas = resize(th * window + 2 * margin_px, tw * window + 2 * margin_px)   # [canvas_h, canvas_w, 3]
+    canvas = resize(*_canvas_size(cfg, (th, tw)))                              # [canvas_h, canvas_w, 3]
     tiles = [canvas[i * window:i * window + crop, j * window:j * window + crop] for i in range(th) for j in range(tw)]
     return stack([resize(crop, crop)] + tiles), (th, tw)                       # [1 + th*tw, crop, crop, 3]
 

@@ -367,20 +367,22 @@ class Engine:
         if plan is None:
             return None
         self._encoded_last = False
-        self.runner.launch_decode(self.pipeline.free_slot(), plan.batch, plan.positions,
-                                  self.runner.attn_bucket(plan.attn_len_needed - 1))
+        self._launch_decode(self.pipeline.free_slot(), plan)
+        return self.pipeline.launch("decode", plan.rows, plan.batch)
+
+    def _launch_decode(self, slot: int, plan) -> None:
+        """The running rows' decode forward into `slot`, and its bookkeeping."""
+        self.runner.launch_decode(slot, plan.batch, plan.positions, self.runner.attn_bucket(plan.attn_len_needed - 1))
         self.scheduler.on_launch(plan.rows, advance_position=True)
         self.decode_steps += 1
         self.decode_rows += plan.batch
-        return self.pipeline.launch("decode", plan.rows, plan.batch)
 
     def _launch_with_prefill(self, admitted: list, plan) -> Step:
         """A step that prefills the admitted requests; with rows decoding (`plan`), a mixed step:
         their decode forward goes first, then the prefill (which overwrites the outputs of its rows,
         padding in the decode batch), and one sampling pass covers both, so no row stops decoding."""
-        slot = self.pipeline.free_slot()
         if plan is not None:
-            self.runner.launch_decode(slot, plan.batch, plan.positions, self.runner.attn_bucket(plan.attn_len_needed - 1))
+            self._launch_decode(self.pipeline.free_slot(), plan)
         items = []
         for a in admitted:
             a.seq.admitted_at = self.clock()
@@ -397,9 +399,6 @@ class Engine:
         self.prefill_steps += 1
         if plan is None:
             return self.pipeline.launch("prefill", rows, max(rows) + 1)
-        self.scheduler.on_launch(plan.rows, advance_position=True)
-        self.decode_steps += 1
-        self.decode_rows += plan.batch
         rows = sorted(rows + plan.rows)
         return self.pipeline.launch("mixed", rows, self.runner.batch_bucket(rows[-1] + 1))
 

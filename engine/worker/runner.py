@@ -148,9 +148,9 @@ class ModelRunner:
         model, text, dev, plen = self.model, self.model.text, self.device, self.cfg.prefix_len
         n = len(items)
         rows = torch.tensor([i.row for i in items], device=dev)
-        length = self.prompt_length_bucket(max(len(i.prompt) for i in items))
+        longest = max(len(i.prompt) for i in items)
+        length = self.prompt_length_bucket(longest)
         if length is None:
-            longest = max(len(i.prompt) for i in items)
             ids = torch.zeros(n, longest, dtype=torch.long)
             for k, item in enumerate(items):
                 ids[k, : len(item.prompt)] = torch.tensor(item.prompt)
