@@ -15,6 +15,7 @@ import torch
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through tests/test_kernels.py"
 
 from engine.kernels import decode as kernels  # noqa: E402
+from engine.kernels import prompt as kernels_prompt  # noqa: E402
 from engine.model.config import TINY, TextConfig  # noqa: E402
 from engine.model.layers import decode_attention as torch_attention  # noqa: E402
 from engine.model.text import apply_rope_, rope_tables  # noqa: E402
@@ -106,6 +107,55 @@ def check_decode_step() -> None:
     torch.testing.assert_close(fused_kv.v, kv.v, rtol=1e-6, atol=1e-6)
 
 
+def check_prompt_attention() -> None:
+    """The prompt prefill's attention, keys read in place, against the gathered PyTorch attention:
+    rows out of order, a row twice (padding items reuse a real row), padding tokens at the scratch
+    position, prompt lengths 16 and 32, ends inside and on the edge of a key block."""
+    from engine.model.layers import attention
+
+    gen = torch.Generator().manual_seed(6)
+    heads, hd, max_len, prefix = 2, 16, 300, 40
+    k_cache, v_cache = torch.randn(2, 5, heads, max_len, hd, generator=gen) * 2
+    for n, rows, end in ((16, [3, 0, 3], prefix + 16), (32, [1, 4], prefix + 32), (16, [2], 128)):
+        rows_t = torch.tensor(rows)
+        b = len(rows)
+        pos = torch.full((b, n), max_len - 1)
+        for k, m in enumerate([n, n // 2, 5][:b]):
+            pos[k, :m] = torch.arange(prefix, prefix + m)
+        q = torch.randn(b, n, heads, hd, generator=gen)
+        visible = (torch.arange(end)[None, None, :] <= pos[:, :, None])[:, None]
+        want = attention(q.transpose(1, 2), k_cache[rows_t, :, :end], v_cache[rows_t, :, :end], visible)
+        want = want.transpose(1, 2).reshape(b, n, -1)
+        got = kernels_prompt.prompt_attention(q, k_cache, v_cache, rows_t, pos, end)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def check_prompt_prefill() -> None:
+    """`TextModel.prefill_at` of padded prompts: fused path against the PyTorch path (hidden
+    states and the K/V it writes)."""
+    from engine.model.checkpoint import init_random_
+    from engine.model.moondream import MoondreamModel
+    from engine.model.text import KVCache
+
+    model = MoondreamModel(TINY, device="cpu", dtype=torch.float32)
+    init_random_(model, seed=1)
+    text, plen = model.text, TINY.prefix_len
+    kv = KVCache.allocate(text.cfg, 4, plen + 80, device="cpu", dtype=torch.float32)
+    kv.k.normal_(generator=torch.Generator().manual_seed(7))
+    kv.v.normal_(generator=torch.Generator().manual_seed(8))
+    fused_kv = KVCache(kv.k.clone(), kv.v.clone())
+    rows = torch.tensor([2, 0, 2])
+    pos = torch.full((3, 16), plen + 79)
+    pos[0, :9], pos[1, :16] = torch.arange(plen, plen + 9), torch.arange(plen, plen + 16)
+    embeds = torch.randn(3, 16, text.cfg.dim, generator=torch.Generator().manual_seed(9))
+    with torch.inference_mode():
+        got = text.prefill_at(embeds, fused_kv, rows, pos, plen + 16, kernels="triton")
+        want = text.prefill_at(embeds, kv, rows, pos, plen + 16, kernels="torch")
+    real = pos < plen + 16
+    torch.testing.assert_close(got[real], want[real], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(fused_kv.k[:, :, :, : plen + 16], kv.k[:, :, :, : plen + 16], rtol=1e-5, atol=1e-5)
+
+
 def check_engine_matches_reference() -> None:
     """The pipelined and blocking engines with the fused kernels give the reference decoder's
     outputs (PyTorch path), request for request, on a batch that decodes to the object cap."""
@@ -130,6 +180,7 @@ def check_engine_matches_reference() -> None:
     for pipelined in (True, False):
         engine = Engine(model, tokenizer, max_batch=4, pipelined=pipelined, prefix_cache_size=0, kernels="triton",
                         repeat_guard=False)  # every request must run to its cap, repeats included
+        engine.runner.static_prompts = True  # the padded prompt prefill (as CUDA runs it): prompt_attention
         handles = [engine.submit(IMAGES[image], skill, "red circle", max_objects=n) for image, skill, n in requests]
         while engine.step():
             pass

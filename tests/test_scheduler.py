@@ -284,6 +284,25 @@ def test_an_array_and_its_pil_image_share_one_key_and_the_array_is_copied():
     assert decode_image(array[:, :-1])[0] != key  # same bytes prefix, other size
 
 
+def test_known_pixels_are_shared_not_copied_again_and_a_changed_array_is_not_mistaken_for_them():
+    import weakref
+
+    from engine.serving.crops import decode_image
+
+    known = weakref.WeakValueDictionary()
+    array = np.ascontiguousarray(IMAGES[2])
+    key, pixels = decode_image(array, known)
+    assert pixels is not array and known[key] is pixels
+    again_key, again = decode_image(array.copy(), known)  # same pixels, another array
+    assert again_key == key and again is pixels
+    array[0, 0, 0] ^= 1  # the caller reuses its buffer: a new key and a new copy
+    changed_key, changed = decode_image(array, known)
+    assert changed_key != key and changed is not pixels and np.array_equal(changed, array)
+    assert decode_image(array[:, ::-1], known)[0] == decode_image(np.ascontiguousarray(array[:, ::-1]))[0]
+    del pixels, again
+    assert key not in known  # kept only while a request holds the pixels
+
+
 def test_a_failed_crop_fails_its_request_alone(tokenizer, monkeypatch):
     from engine import RequestError
     from engine.serving import crops as crops_module

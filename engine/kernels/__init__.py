@@ -14,6 +14,7 @@ from typing import Literal
 import torch
 
 from engine.kernels.decode import available, decode_attention, residual_layernorm, rope_kv_write
+from engine.kernels.prompt import prompt_attention
 
 KernelChoice = Literal["auto", "triton", "torch"]
 KERNEL_CHOICES: tuple[str, ...] = ("auto", "triton", "torch")
@@ -32,5 +33,5 @@ def use_fused(choice: KernelChoice, t: torch.Tensor, head_dim: int) -> bool:
     return ok
 
 
-__all__ = ["KERNEL_CHOICES", "KernelChoice", "available", "decode_attention", "residual_layernorm",
-           "rope_kv_write", "use_fused"]
+__all__ = ["KERNEL_CHOICES", "KernelChoice", "available", "decode_attention", "prompt_attention",
+           "residual_layernorm", "rope_kv_write", "use_fused"]

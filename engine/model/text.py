@@ -142,18 +142,23 @@ class TextModel(nn.Module):
         return self.prefill_at(embeds, kv, rows, pos, end)
 
     def prefill_at(self, embeds: torch.Tensor, kv: KVCache, rows: torch.Tensor, pos: torch.Tensor,
-                   end: int) -> torch.Tensor:
+                   end: int, kernels: _kernels.KernelChoice = "torch") -> torch.Tensor:
         """`prefill` with every token's position given (pos [B, L] long) and the keys read from
         each row limited to positions < `end`: static shapes, so it can be captured in a CUDA graph.
 
         A padding token sits at the scratch position `kv.max_len - 1` (its write lands there, its
         output is garbage); every real position must be < `end`. embeds [B, L, D] → hidden [B, L, D].
+        `kernels` "auto"/"triton" reads each row's keys in place (`engine.kernels.prompt_attention`)
+        where the fused kernels run and L is a power of two ≥ 16; that path is for prompts, whose
+        real positions all lie after the image prefix. The default gathers the rows' keys.
         """
         b, n, _ = embeds.shape
-        keys = torch.arange(end, device=embeds.device)
-        visible = keys[None, None, :] <= pos[:, :, None]
-        in_prefix = (pos[:, :, None] < self.prefix_len) & (keys[None, None, :] < self.prefix_len)
-        mask = (visible | in_prefix)[:, None]  # [B, 1, L, end]
+        fused = n >= 16 and not n & (n - 1) and _kernels.use_fused(kernels, embeds, self.cfg.head_dim)
+        if not fused:
+            keys = torch.arange(end, device=embeds.device)
+            visible = keys[None, None, :] <= pos[:, :, None]
+            in_prefix = (pos[:, :, None] < self.prefix_len) & (keys[None, None, :] < self.prefix_len)
+            mask = (visible | in_prefix)[:, None]  # [B, 1, L, end]
         x = embeds
         row_idx = rows[:, None].expand(b, n)
         rope = self.rope_at(pos)
@@ -163,8 +168,11 @@ class TextModel(nn.Module):
             kl, vl = kv.k[layer], kv.v[layer]
             kl[row_idx, :, pos] = k
             vl[row_idx, :, pos] = v
-            a = attention(q.transpose(1, 2), kl[rows, :, :end], vl[rows, :, :end], mask)
-            x = x + block.attn.proj(a.transpose(1, 2).reshape(b, n, -1)) + block.mlp(h)
+            if fused:
+                a = _kernels.prompt_attention(q, kl, vl, rows, pos, end)  # [B, L, H·hd]
+            else:
+                a = attention(q.transpose(1, 2), kl[rows, :, :end], vl[rows, :, :end], mask).transpose(1, 2).reshape(b, n, -1)
+            x = x + block.attn.proj(a) + block.mlp(h)
         return x
 
     def prefill_prefix(self, embeds: torch.Tensor, kv: KVCache, rows: torch.Tensor) -> torch.Tensor:

@@ -47,18 +47,31 @@ def prepare_image(source: ImageSource) -> DecodedImage:
     return DecodedImage(*decode_image(source))
 
 
-def decode_image(source: ImageSource | DecodedImage) -> tuple[str, Image.Image | np.ndarray]:
+def decode_image(source: ImageSource | DecodedImage,
+                 known: weakref.WeakValueDictionary | None = None) -> tuple[str, Image.Image | np.ndarray]:
     """(prefix-cache key, pixels) of a request's image, in the caller's thread.
 
-    A `DecodedImage` is used as it is. An RGB uint8 array is hashed as it is and copied (the caller may reuse it); anything else
-    goes through `load_image` (decode, EXIF, RGB). Both give the same key for the same pixels.
+    A `DecodedImage` is used as it is. An RGB uint8 array is copied (the caller may reuse it) and
+    the copy hashed; anything else goes through `load_image` (decode, EXIF, RGB). Both give the
+    same key for the same pixels. `known` ({key: pixels} of earlier calls, kept while requests
+    hold them): an array whose pixels are there is hashed in place and shares that copy, since
+    copying a large array holds the interpreter lock (and on some hosts faults in fresh pages).
     """
     if isinstance(source, DecodedImage):
         return source.key, source.pixels
     if (isinstance(source, np.ndarray) and source.dtype == np.uint8 and source.ndim == 3 and source.shape[2] == 3
             and 0 < source.shape[0] * source.shape[1] <= MAX_PIXELS):
+        size = (source.shape[1], source.shape[0])
+        if known is not None and source.flags.c_contiguous:
+            key = pixel_key(source.data, size)
+            same = known.get(key)
+            if same is not None:
+                return key, same
         pixels = np.array(source, order="C")  # [H, W, 3]
-        return pixel_key(pixels.data, (pixels.shape[1], pixels.shape[0])), pixels
+        key = pixel_key(pixels.data, size)
+        if known is not None:
+            known[key] = pixels
+        return key, pixels
     picture = load_image(source)
     return pixel_key(picture.tobytes(), picture.size), picture
 

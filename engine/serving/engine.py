@@ -34,6 +34,7 @@ import itertools
 import queue
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -149,6 +150,7 @@ class Engine:
         self.clock = clock
         self._ids = itertools.count(1)
         self._inbox: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
+        self._pictures: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # decode_image's known pixels
         self._wake = threading.Event()
         on_cuda = torch.device(getattr(self.runner, "device", "cpu")).type == "cuda"
         self.crops = CropService(cfg.vision, config.crop_threads, on_ready=self._wake.set,
@@ -197,7 +199,7 @@ class Engine:
             raise EngineBusy(f"the engine is busy ({queued} requests queued); try again shortly")
         prompt, max_objects, limit, make_builder, automaton = self._prepare(skill, obj, max_objects, answer,
                                                                             max_tokens, length)
-        key, picture = decode_image(image)
+        key, picture = decode_image(image, self._pictures)
         crops = None if key in self.prefix_cache else self.crops.request(key, picture)
         seq = Sequence(next(self._ids), skill, prompt, max_objects, answer_budget(skill, limit), key, picture, crops,
                        on_object=on_object, make_builder=make_builder,

@@ -99,7 +99,7 @@ class ModelRunner:
         if num_rows > self.mask_rows_uploaded:
             lo = self.mask_rows_uploaded
             with self.streams.on_compute():
-                self.allowed[lo:num_rows].copy_(torch.from_numpy(table[lo:num_rows]))
+                self.allowed[lo:num_rows].copy_(self.streams.upload(torch.from_numpy(table[lo:num_rows]), self.device))
             self.mask_rows_uploaded = num_rows
 
     # ---- forwards -----------------------------------------------------------------------
@@ -119,7 +119,7 @@ class ModelRunner:
                 if item.prefix is not None:
                     self.kv.copy_prefix(item.row, item.prefix)
             if encode:  # every new image of this step in one vision batch and one prefix prefill
-                rows = torch.tensor([item.row for item in encode], device=dev)
+                rows = self.streams.upload(torch.tensor([item.row for item in encode]), dev)
                 text.prefill_prefix(model.encode_images([self._crops_here(item.crops) for item in encode]), self.kv, rows)
             fresh = [self.kv.read_prefix(item.row, plen) if item.prefix is None and keep_prefixes else None
                      for item in items]
@@ -129,7 +129,8 @@ class ModelRunner:
     def _crops_here(self, crops: OverlapCrops | np.ndarray) -> OverlapCrops:
         """OverlapCrops as they are; pixels are uploaded and cropped on this device (libvips' pixels)."""
         if isinstance(crops, np.ndarray):
-            return OverlapCrops(*overlap_crops_tensor(torch.from_numpy(crops).to(self.device), self.cfg.vision))
+            pixels = self.streams.upload(torch.from_numpy(crops), self.device)
+            return OverlapCrops(*overlap_crops_tensor(pixels, self.cfg.vision))
         return crops
 
     def prompt_length_bucket(self, longest: int) -> int | None:
@@ -147,20 +148,22 @@ class ModelRunner:
         host cost is a few copies, not the ~400 kernel launches of the eager forward."""
         model, text, dev, plen = self.model, self.model.text, self.device, self.cfg.prefix_len
         n = len(items)
-        rows = torch.tensor([i.row for i in items], device=dev)
         longest = max(len(i.prompt) for i in items)
         length = self.prompt_length_bucket(longest)
         if length is None:
-            ids = torch.zeros(n, longest, dtype=torch.long)
+            host = torch.zeros(n + 2, longest, dtype=torch.long)  # ids; rows; last indices
             for k, item in enumerate(items):
-                ids[k, : len(item.prompt)] = torch.tensor(item.prompt)
-            hidden = text.prefill(model.embed_ids(ids.to(dev)), self.kv, rows, torch.full((n,), plen, device=dev))
-            h = hidden[torch.arange(n, device=dev), torch.tensor([len(i.prompt) - 1 for i in items], device=dev)]
+                host[k, : len(item.prompt)] = torch.tensor(item.prompt)
+                host[n, k], host[n + 1, k] = item.row, len(item.prompt) - 1
+            inputs = self.streams.upload(host, dev)
+            rows, last = inputs[n, :n], inputs[n + 1, :n]
+            hidden = text.prefill(model.embed_ids(inputs[:n]), self.kv, rows, torch.full((n,), plen, device=dev))
+            h = hidden[torch.arange(n, device=dev), last]
             self.hidden[rows] = h
             self.logits[rows] = text.logits(h)
             return
         batch = self.batch_bucket(n)
-        host = torch.zeros(4, batch, length, dtype=torch.long)  # ids, positions, row, last index
+        host = torch.zeros(4, batch, length, dtype=torch.long, pin_memory=self.streams.cuda)  # ids, positions, row, last index
         host[1].fill_(self.scratch_pos)
         host[2].fill_(items[0].row)  # padding items write only the scratch position of a real row
         for k, item in enumerate(items):
@@ -168,7 +171,8 @@ class ModelRunner:
             host[0, k, :m] = torch.tensor(item.prompt)
             host[1, k, :m] = torch.arange(plen, plen + m)
             host[2, k], host[3, k] = item.row, m - 1
-        self.prompt_in[:, :batch, :length].copy_(host)
+        self.prompt_in[:, :batch, :length].copy_(host, non_blocking=True)  # pinned: the CPU does not wait
+        rows = self.prompt_in[2, :n, 0]
         if self.use_graphs:
             self._captured(("prompt", batch, length), lambda: self._prompt_forward(batch, length)).replay()
         else:  # the same padded forward, eagerly (tests run it on the CPU)
@@ -181,7 +185,8 @@ class ModelRunner:
         text, plen = self.model.text, self.cfg.prefix_len
         ids, pos = self.prompt_in[0, :batch, :length], self.prompt_in[1, :batch, :length]
         rows, last = self.prompt_in[2, :batch, 0], self.prompt_in[3, :batch, 0]
-        hidden = text.prefill_at(self.model.embed_ids(ids), self.kv, rows, pos, plen + length)  # [batch, length, D]
+        hidden = text.prefill_at(self.model.embed_ids(ids), self.kv, rows, pos, plen + length,
+                                 self.kernels)  # [batch, length, D]
         h = hidden[torch.arange(batch, device=self.device), last]  # [batch, D]
         self.prompt_hidden[:batch] = h
         self.prompt_logits[:batch] = text.logits(h)
@@ -292,7 +297,9 @@ class ModelRunner:
         slot.meta[0, :batch] = torch.from_numpy(state_ids)
         slot.meta[1, :batch] = torch.from_numpy(active)
         with self.streams.on_copy():
-            slot.meta_dev[:, :batch].copy_(slot.meta[:, :batch], non_blocking=True)
+            # The whole buffer: a slice [:, :batch] is not contiguous, and torch would stage it
+            # through pageable memory and wait for the copy.
+            slot.meta_dev.copy_(slot.meta, non_blocking=True)
             slot.mask_ready.record()
         with self.streams.on_compute():
             slot.mask_ready.wait()
@@ -311,7 +318,7 @@ class ModelRunner:
         (the scores' factors), pending inputs."""
         model = self.model
         states, act = slot.meta_dev[0, :batch], slot.meta_dev[1, :batch].bool()
-        logits = self.logits[:batch].masked_fill(~self.allowed[states], float("-inf"))
+        logits = self.logits[:batch].masked_fill(~self.allowed.index_select(0, states), float("-inf"))  # a row gather, not an index kernel
         token = logits.argmax(-1)
         hidden = self.hidden[:batch]
         coord, size, p_region = model.region.decode_region_p(hidden)  # [B, 1], [B, 2], [B, 3]

@@ -45,6 +45,14 @@ class Streams:
     def pinned(self, *shape: int, dtype: torch.dtype) -> torch.Tensor:
         return torch.zeros(shape, dtype=dtype, pin_memory=self.cuda)
 
+    def upload(self, host: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """`host` on `device`, queued on the current stream without blocking the CPU. A pageable
+        source would make torch wait for the stream to drain first (the whole queued forward);
+        a pinned copy (the caching host allocator keeps it until the copy is done) does not."""
+        if not self.cuda:
+            return host.to(device)
+        return host.pin_memory().to(device, non_blocking=True)
+
     def synchronize(self) -> None:
         if self.cuda:
             self.compute.synchronize()
