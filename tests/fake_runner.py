@@ -67,16 +67,13 @@ class FakeRunner:
         self.allowed[:num_rows] = table[:num_rows]
 
     # ---- forwards ----------------------------------------------------------------------
-    def launch_prefill(self, items, *, keep_prefixes: bool) -> list:
+    def launch_prefill(self, items) -> None:
         self.prefills.append([item.row for item in items])
-        fresh = []
         for item in items:
             self.scripts[item.row] = RowScript(self.objects_for(item.prompt), sum(i * (k + 1) for k, i in enumerate(item.prompt)))
             self.admitted += 1
-            if item.prefix is None:
+            if item.crops is not None:
                 self.encoded += 1
-            fresh.append(("prefix", item.row) if item.prefix is None and keep_prefixes else None)
-        return fresh
 
     def launch_decode(self, slot: int, batch: int, positions: np.ndarray, attn_len: int) -> None:
         if self.slots[slot].launched:

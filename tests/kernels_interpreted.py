@@ -68,6 +68,31 @@ def check_decode_attention() -> None:
         torch.testing.assert_close(got16.float(), want.reshape(b, -1), rtol=0.05, atol=0.05)
 
 
+def check_shared_prefix_attention() -> None:
+    """Both attention kernels with the image prefix read from shared slots equal the same kernels
+    on rows that hold the prefix themselves; two rows share a slot, one slot is unused."""
+    gen = torch.Generator().manual_seed(10)
+    heads, hd, max_len, plen = 2, 16, 300, 90  # the prefix ends inside a 64-key block
+    k_rows, v_rows = torch.randn(2, 4, heads, max_len, hd, generator=gen)
+    k_slots, v_slots = torch.randn(2, 3, heads, plen, hd, generator=gen)
+    slots = torch.tensor([2, 0, 2, 1])
+    k_own, v_own = k_rows.clone(), v_rows.clone()
+    k_own[:, :, :plen], v_own[:, :, :plen] = k_slots[slots], v_slots[slots]
+    pos = torch.tensor([plen, 150, plen + 40, max_len - 1])
+    q = torch.randn(4, heads, hd, generator=gen)
+    want = kernels.decode_attention(q, k_own, v_own, pos, 192)
+    got = kernels.decode_attention(q, k_rows, v_rows, pos, 192, prefix=(k_slots, v_slots, slots))
+    assert torch.equal(got, want)
+    rows = torch.tensor([3, 1])
+    ppos = torch.full((2, 16), max_len - 1)
+    ppos[0, :16], ppos[1, :7] = torch.arange(plen, plen + 16), torch.arange(plen, plen + 7)
+    pq = torch.randn(2, 16, heads, hd, generator=gen)
+    want = kernels_prompt.prompt_attention(pq, k_own, v_own, rows, ppos, plen + 16)
+    got = kernels_prompt.prompt_attention(pq, k_rows, v_rows, rows, ppos, plen + 16,
+                                          prefix=(k_slots, v_slots, slots[rows]))
+    assert torch.equal(got, want)
+
+
 def check_residual_layernorm() -> None:
     gen = torch.Generator().manual_seed(2)
     for dim in (48, 64):  # a non-power-of-two width exercises the masked tail

@@ -79,10 +79,29 @@ if triton is not None:
         tl.store(v_ptr + dst, v)
 
     @triton.jit
+    def prefix_or_row_block(k_ptr, v_ptr, offs, pk_ptr, pv_ptr, poffs, n, n0, valid, prefix_len,
+                             BLOCK: tl.constexpr):
+        """A block of keys and values: from the shared prefix slot below `prefix_len`, from the row
+        above it. Only the block that straddles the boundary pays for two masked loads."""
+        if n0 + BLOCK <= prefix_len:
+            k = tl.load(pk_ptr + poffs, mask=valid[:, None], other=0.0)
+            v = tl.load(pv_ptr + poffs, mask=valid[:, None], other=0.0)
+        elif n0 >= prefix_len:
+            k = tl.load(k_ptr + offs, mask=valid[:, None], other=0.0)
+            v = tl.load(v_ptr + offs, mask=valid[:, None], other=0.0)
+        else:
+            own = (valid & (n >= prefix_len))[:, None]
+            shared = (valid & (n < prefix_len))[:, None]
+            k = tl.load(k_ptr + offs, mask=own, other=0.0) + tl.load(pk_ptr + poffs, mask=shared, other=0.0)
+            v = tl.load(v_ptr + offs, mask=own, other=0.0) + tl.load(pv_ptr + poffs, mask=shared, other=0.0)
+        return k, v
+
+    @triton.jit
     def _attn_chunk_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
                            stride_row, stride_head, stride_pos, attn_len, qk_scale,
+                           pk_ptr, pv_ptr, slot_ptr, prefix_len, pstride_slot, pstride_head, pstride_pos,
                            H: tl.constexpr, HD: tl.constexpr, SPLITS: tl.constexpr,
-                           CHUNK_: tl.constexpr, BLOCK: tl.constexpr):
+                           CHUNK_: tl.constexpr, BLOCK: tl.constexpr, SHARED: tl.constexpr):
         bh = tl.program_id(0)
         split = tl.program_id(1)
         b = bh // H
@@ -95,6 +114,8 @@ if triton is not None:
         d = tl.arange(0, HD)
         q = tl.load(q_ptr + bh * HD + d).to(tl.float32) * qk_scale  # log2-domain scores
         base = b * stride_row + h * stride_head
+        if SHARED:  # keys 0..prefix_len-1 come from the row's prefix slot (SharedPrefix)
+            pbase = tl.load(slot_ptr + b) * pstride_slot + h * pstride_head
         m = float("-inf")
         l = 0.0
         acc = tl.zeros([HD], dtype=tl.float32)
@@ -102,12 +123,19 @@ if triton is not None:
             n = n0 + tl.arange(0, BLOCK)
             valid = n < end
             offs = base + n[:, None] * stride_pos + d[None, :]
-            k = tl.load(k_ptr + offs, mask=valid[:, None], other=0.0).to(tl.float32)
+            if SHARED:
+                k, v = prefix_or_row_block(k_ptr, v_ptr, offs, pk_ptr, pv_ptr,
+                                            pbase + n[:, None] * pstride_pos + d[None, :], n, n0, valid,
+                                            prefix_len, BLOCK)
+            else:
+                k = tl.load(k_ptr + offs, mask=valid[:, None], other=0.0)
+                v = tl.load(v_ptr + offs, mask=valid[:, None], other=0.0)
+            k = k.to(tl.float32)
             s = tl.where(valid, tl.sum(k * q[None, :], 1), float("-inf"))
             m_new = tl.maximum(m, tl.max(s, 0))
             p = tl.exp2(s - m_new)
             alpha = tl.exp2(m - m_new)
-            v = tl.load(v_ptr + offs, mask=valid[:, None], other=0.0).to(tl.float32)
+            v = v.to(tl.float32)
             acc = acc * alpha + tl.sum(p[:, None] * v, 0)
             l = l * alpha + tl.sum(p, 0)
             m = m_new
@@ -182,20 +210,35 @@ def rope_kv_write(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, posit
     return q
 
 
+def shared_prefix_args(prefix: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None, k_cache: torch.Tensor,
+                       any_long: torch.Tensor) -> tuple:
+    """The kernels' shared-prefix arguments: (k, v, slots, P, slot/head/position strides); without a
+    prefix, placeholders the kernels never read (SHARED=False)."""
+    if prefix is None:
+        return k_cache, k_cache, any_long, 0, 0, 0, 0
+    pk, pv, slots = prefix
+    assert pk.stride() == pv.stride() and pk.stride(3) == 1 and pk.shape[1:] == (k_cache.shape[1], pk.shape[2], k_cache.shape[3])
+    return pk, pv, slots.contiguous(), pk.shape[2], pk.stride(0), pk.stride(1), pk.stride(2)
+
+
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
-                     attn_len: int, *, chunk: int = CHUNK, block: int = BLOCK_N, num_warps: int = ATTN_WARPS) -> torch.Tensor:
+                     attn_len: int, *, prefix: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                     chunk: int = CHUNK, block: int = BLOCK_N, num_warps: int = ATTN_WARPS) -> torch.Tensor:
     """q [B, H, hd]; row b attends to keys 0..min(positions[b], attn_len - 1) of cache row b
-    ([rows, H, max_len, hd]). Returns [B, H·hd] in q's dtype."""
+    ([rows, H, max_len, hd]). `prefix` (k, v [slots, H, P, hd], slots [B]): keys 0..P-1 of row b
+    are those of slot slots[b] instead. Returns [B, H·hd] in q's dtype."""
     b, h, hd = q.shape
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(3) == 1 and q.is_contiguous()
+    shared = shared_prefix_args(prefix, k_cache, positions)
     splits = triton.cdiv(attn_len, chunk)
     m = torch.empty(b * h * splits, device=q.device, dtype=torch.float32)
     l = torch.empty_like(m)
     acc = torch.empty(b * h * splits, hd, device=q.device, dtype=torch.float32)
     _attn_chunk_kernel[(b * h, splits)](q, k_cache, v_cache, positions, m, l, acc,
                                         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), attn_len,
-                                        hd ** -0.5 * math.log2(math.e),
-                                        H=h, HD=hd, SPLITS=splits, CHUNK_=chunk, BLOCK=block, num_warps=num_warps)
+                                        hd ** -0.5 * math.log2(math.e), *shared,
+                                        H=h, HD=hd, SPLITS=splits, CHUNK_=chunk, BLOCK=block,
+                                        SHARED=prefix is not None, num_warps=num_warps)
     out = torch.empty(b, h * hd, device=q.device, dtype=q.dtype)
     _attn_merge_kernel[(b * h,)](m, l, acc, out, HD=hd, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits),
                                  num_warps=1)

@@ -6,11 +6,16 @@ sequence ever uses, so padding rows of a bucketed decode batch can write there h
 
 Two entry points, both batched:
 - `prefill(embeds [B, L, D], rows, start)`: writes positions start..start+L-1 of each row.
-  Rows may have different start positions (image prefix copied from a cache, then the prompt).
+  Rows may have different start positions (the prompt after an image prefix already there).
   `prefill_at` is its body with explicit positions and a static key range (graph-capturable).
 - `decode(embeds [B, D], positions [B], attn_len)`: one token for KV rows 0..B-1, each at its
   own position; attention reads only the first `attn_len` positions (a length bucket), so the
   step's shapes are static and it can be captured in a CUDA graph.
+
+Both take an optional `SharedPrefix`: the serving engine keeps each image prefix once, in a slot,
+and a row reads positions 0..P-1 from its image's slot instead of its own (`prefill_prefix`
+writes a new image straight into its slot). The reference decoder and training keep the prefix
+in the row.
 """
 
 from __future__ import annotations
@@ -23,6 +28,41 @@ from torch import nn
 from engine import kernels as _kernels
 from engine.model.config import MoondreamConfig, TextConfig
 from engine.model.layers import MLP, QKVAttentionWeights, attention, decode_attention
+
+
+@dataclass
+class SharedPrefix:
+    """Image prefixes kept once and read by every KV row that shows the same image.
+
+    k, v: [layers, slots, heads, P, head_dim] (P = the image prefix length); `slots` [rows] long:
+    the slot whose prefix row r reads at positions 0..P-1 (its own positions there go unused).
+    Rows of one image then read the same memory, which the GPU's L2 serves once for all of them.
+    `as_cache()` views the slots as a KVCache (a slot in place of a row) for `prefill_prefix`."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    slots: torch.Tensor
+
+    @classmethod
+    def allocate(cls, cfg: TextConfig, slots: int, prefix_len: int, rows: int, *, device, dtype) -> SharedPrefix:
+        shape = (cfg.n_layers, slots, cfg.n_heads, prefix_len, cfg.head_dim)
+        return cls(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype),
+                   torch.zeros(rows, dtype=torch.long, device=device))
+
+    @property
+    def length(self) -> int:
+        return self.k.shape[3]
+
+    def as_cache(self) -> KVCache:
+        return KVCache(self.k, self.v)
+
+    def keys(self, layer: int, kl: torch.Tensor, vl: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor,
+             end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The PyTorch path's keys and values 0..end-1 of `rows` (their `slots`): the prefix from the
+        slots, the rest from the rows themselves. [len(rows), heads, end, head_dim] each."""
+        p = self.length
+        return (torch.cat([self.k[layer][slots], kl[rows, :, p:end]], 2),
+                torch.cat([self.v[layer][slots], vl[rows, :, p:end]], 2))
 
 
 class TextBlock(nn.Module):
@@ -56,15 +96,6 @@ class KVCache:
     @property
     def max_len(self) -> int:
         return self.k.shape[3]
-
-    def copy_prefix(self, row: int, prefix: tuple[torch.Tensor, torch.Tensor]) -> None:
-        """Place a cached image prefix ([layers, heads, P, hd] each) at positions 0..P-1 of `row`."""
-        pk, pv = prefix
-        self.k[:, row, :, : pk.shape[2]].copy_(pk)
-        self.v[:, row, :, : pv.shape[2]].copy_(pv)
-
-    def read_prefix(self, row: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.k[:, row, :, :length].clone(), self.v[:, row, :, :length].clone()
 
 
 def rope_tables(cfg: TextConfig, max_len: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,7 +159,8 @@ class TextModel(nn.Module):
         apply_rope_(qkv[:, :, :2], *rope, t.rotary_dims)
         return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
 
-    def prefill(self, embeds: torch.Tensor, kv: KVCache, rows: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    def prefill(self, embeds: torch.Tensor, kv: KVCache, rows: torch.Tensor, start: torch.Tensor,
+                prefix: SharedPrefix | None = None) -> torch.Tensor:
         """Run B sequences of L new positions; returns the raw (pre-post_ln) hidden [B, L, D].
 
         rows, start: [B] long. Keys visible to query i of row b: positions ≤ start_b + i,
@@ -139,10 +171,10 @@ class TextModel(nn.Module):
         end = int((start + n).max())
         if end > kv.max_len - 1:
             raise ValueError(f"prefill reaches position {end}, beyond the KV row length {kv.max_len - 1}")
-        return self.prefill_at(embeds, kv, rows, pos, end)
+        return self.prefill_at(embeds, kv, rows, pos, end, prefix=prefix)
 
     def prefill_at(self, embeds: torch.Tensor, kv: KVCache, rows: torch.Tensor, pos: torch.Tensor,
-                   end: int, kernels: _kernels.KernelChoice = "torch") -> torch.Tensor:
+                   end: int, kernels: _kernels.KernelChoice = "torch", prefix: SharedPrefix | None = None) -> torch.Tensor:
         """`prefill` with every token's position given (pos [B, L] long) and the keys read from
         each row limited to positions < `end`: static shapes, so it can be captured in a CUDA graph.
 
@@ -151,6 +183,8 @@ class TextModel(nn.Module):
         `kernels` "auto"/"triton" reads each row's keys in place (`engine.kernels.prompt_attention`)
         where the fused kernels run and L is a power of two ≥ 16; that path is for prompts, whose
         real positions all lie after the image prefix. The default gathers the rows' keys.
+        `prefix`: the rows read their image prefix from its slots (then every real position must lie
+        after the prefix too).
         """
         b, n, _ = embeds.shape
         fused = n >= 16 and not n & (n - 1) and _kernels.use_fused(kernels, embeds, self.cfg.head_dim)
@@ -162,6 +196,7 @@ class TextModel(nn.Module):
         x = embeds
         row_idx = rows[:, None].expand(b, n)
         rope = self.rope_at(pos)
+        slots = None if prefix is None else prefix.slots[rows]
         for layer, block in enumerate(self.blocks):
             h = block.ln(x)
             q, k, v = self.heads(block, h, rope)
@@ -169,9 +204,12 @@ class TextModel(nn.Module):
             kl[row_idx, :, pos] = k
             vl[row_idx, :, pos] = v
             if fused:
-                a = _kernels.prompt_attention(q, kl, vl, rows, pos, end)  # [B, L, H·hd]
+                shared = None if prefix is None else (prefix.k[layer], prefix.v[layer], slots)
+                a = _kernels.prompt_attention(q, kl, vl, rows, pos, end, prefix=shared)  # [B, L, H·hd]
             else:
-                a = attention(q.transpose(1, 2), kl[rows, :, :end], vl[rows, :, :end], mask).transpose(1, 2).reshape(b, n, -1)
+                keys, values = ((kl[rows, :, :end], vl[rows, :, :end]) if prefix is None
+                                else prefix.keys(layer, kl, vl, rows, slots, end))
+                a = attention(q.transpose(1, 2), keys, values, mask).transpose(1, 2).reshape(b, n, -1)
             x = x + block.attn.proj(a) + block.mlp(h)
         return x
 
@@ -199,18 +237,19 @@ class TextModel(nn.Module):
         return x
 
     def decode(self, embeds: torch.Tensor, kv: KVCache, positions: torch.Tensor, attn_len: int,
-               kernels: _kernels.KernelChoice = "auto") -> torch.Tensor:
+               kernels: _kernels.KernelChoice = "auto", prefix: SharedPrefix | None = None) -> torch.Tensor:
         """One token for KV rows 0..B-1 at `positions` [B]; returns raw hidden [B, D].
 
         Static shapes for a given (B, attn_len): safe to capture in a CUDA graph. On CUDA the
         rotary/KV write and the attention are fused Triton kernels (`engine.kernels.decode`); this
         PyTorch body is the same computation, kept for the CPU and as their test oracle;
-        `kernels` chooses between them (`engine.kernels.use_fused`).
+        `kernels` chooses between them (`engine.kernels.use_fused`). `prefix`: rows read their image
+        prefix from its slots (`SharedPrefix`).
         """
         b = embeds.shape[0]
         t = self.cfg
         if _kernels.use_fused(kernels, embeds, t.head_dim):
-            return self._decode_fused(embeds, kv, positions, attn_len)
+            return self._decode_fused(embeds, kv, positions, attn_len, prefix)
         rows = torch.arange(b, device=embeds.device)
         visible = torch.arange(attn_len, device=embeds.device)[None, :] <= positions[:, None]
         bias = torch.zeros(b, attn_len, dtype=embeds.dtype, device=embeds.device).masked_fill_(~visible, float("-inf"))
@@ -223,18 +262,23 @@ class TextModel(nn.Module):
             kl, vl = kv.k[layer], kv.v[layer]
             kl[rows, :, positions] = k[:, 0]
             vl[rows, :, positions] = v[:, 0]
-            a = decode_attention(q.transpose(1, 2), kl[:b, :, :attn_len], vl[:b, :, :attn_len], bias)
+            keys, values = ((kl[:b, :, :attn_len], vl[:b, :, :attn_len]) if prefix is None
+                            else prefix.keys(layer, kl, vl, rows, prefix.slots[:b], attn_len))
+            a = decode_attention(q.transpose(1, 2), keys, values, bias)
             x = x + block.attn.proj(a.reshape(b, 1, -1)) + block.mlp(h)
         return x[:, 0]
 
-    def _decode_fused(self, embeds: torch.Tensor, kv: KVCache, positions: torch.Tensor, attn_len: int) -> torch.Tensor:
+    def _decode_fused(self, embeds: torch.Tensor, kv: KVCache, positions: torch.Tensor, attn_len: int,
+                      prefix: SharedPrefix | None) -> torch.Tensor:
         cos, sin = self.rope(embeds.device)
+        slots = None if prefix is None else prefix.slots[: embeds.shape[0]]  # rows 0..B-1
         x = embeds.contiguous()
         h = self.blocks[0].ln(x)
         for layer, block in enumerate(self.blocks):
             kl, vl = kv.k[layer], kv.v[layer]
             q = _kernels.rope_kv_write(block.attn.qkv(h), cos, sin, positions, kl, vl, self.cfg.rotary_dims)
-            a = _kernels.decode_attention(q, kl, vl, positions, attn_len)
+            a = _kernels.decode_attention(q, kl, vl, positions, attn_len,
+                                          prefix=None if prefix is None else (prefix.k[layer], prefix.v[layer], slots))
             # The residual adds and the next block's LayerNorm are one kernel.
             following = self.blocks[layer + 1].ln if layer + 1 < len(self.blocks) else None
             x, h = _kernels.residual_layernorm(x, block.attn.proj(a), block.mlp(h), following)

@@ -35,7 +35,6 @@ import queue
 import threading
 import time
 import weakref
-from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +52,7 @@ from engine.serving.errors import Cancelled, DeadlineExceeded, EngineBusy, Reque
 from engine.serving.answers import AnswerFormat, JsonSchema, TextBuilder, answer_grammar, as_answer_format, one_line
 from engine.serving.limits import (DEFAULT_MAX_OBJECTS, DEFAULT_MAX_TOKENS, MAX_GRAMMAR_CELLS, TEXT_SKILLS,
                                    answer_budget, kv_positions, max_answer_tokens)
+from engine.serving.prefixes import PrefixSlots
 from engine.serving.scheduler import Scheduler
 from engine.serving.sequence import Sequence
 from engine.serving.timing import StepClock
@@ -95,34 +95,6 @@ class RequestHandle:
                 else round((end - s.admitted_at) * 1000.0, 1)}
 
 
-class PrefixCache:
-    """LRU of image-prefix K/V on the device, keyed by a hash of the image pixels."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.entries: OrderedDict[str, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
-
-    def get(self, key: str):
-        if key in self.entries:
-            self.entries.move_to_end(key)
-            return self.entries[key]
-        return None
-
-    def put(self, key: str, value) -> None:
-        if self.capacity <= 0:
-            return
-        self.entries[key] = value
-        self.entries.move_to_end(key)
-        while len(self.entries) > self.capacity:
-            self.entries.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def __contains__(self, key: str) -> bool:  # any thread; does not touch the LRU order
-        return key in self.entries
-
-
 class Engine:
     """The serving loop over one model. `config` (or keyword overrides of its fields, e.g.
     `Engine(model, tok, max_batch=32)`) sizes it; `runner` replaces the `ModelRunner` over
@@ -136,17 +108,18 @@ class Engine:
         self.model, self.tokenizer, self.config, self.model_config = model, tokenizer, config, cfg
         if tokenizer.get_vocab_size() > cfg.text.vocab_size:
             raise CheckpointError(f"tokenizer has {tokenizer.get_vocab_size()} tokens but the model only {cfg.text.vocab_size}")
+        slots = config.max_batch + config.prefix_cache_size   # every row its own image, and the cached ones
         self.runner: Runner = runner if runner is not None else ModelRunner(
             model, max_batch=config.max_batch, max_len=config.kv_positions(cfg), mask_capacity=config.mask_capacity,
-            use_graphs=config.use_graphs, kernels=config.kernels)
+            prefix_slots=slots, use_graphs=config.use_graphs, kernels=config.kernels)
         t = cfg.tokens
         self.scheduler = Scheduler(config.max_batch, self.runner.scratch_pos, cfg.prefix_len, t.coord_id, t.size_id, t.eos_id,
-                                   repeat_guard=config.repeat_guard)
+                                   repeat_guard=config.repeat_guard, on_release=self._release_prefix)
         self.pipeline = PipelineState()
         self.alphabet = self._alphabet(tokenizer)
         self.compiler = GrammarCompiler()
         self.masks = MaskTable(vocab_size=cfg.text.vocab_size, capacity=config.mask_capacity)
-        self.prefix_cache = PrefixCache(config.prefix_cache_size)
+        self.prefix_cache = PrefixSlots(slots, config.prefix_cache_size)  # which image each prefix slot holds
         self.clock = clock
         self._ids = itertools.count(1)
         self._inbox: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
@@ -385,17 +358,20 @@ class Engine:
         padding in the decode batch), and one sampling pass covers both, so no row stops decoding."""
         if plan is not None:
             self._launch_decode(self.pipeline.free_slot(), plan)
+        for a in admitted:  # cached prefixes referenced first: a new image's slot must not evict them
+            if a.prefix is not None:
+                self.prefix_cache.ref(a.prefix)
+                a.seq.prefix_slot = a.prefix
         items = []
         for a in admitted:
             a.seq.admitted_at = self.clock()
-            crops = None if a.prefix is not None else a.seq.crops.result()
-            items.append(PrefillItem(a.seq.row, crops, a.prefix, a.seq.prompt))
+            crops = None
+            if a.prefix is None:
+                crops, a.seq.prefix_slot = a.seq.crops.result(), self.prefix_cache.acquire(a.seq.image_key)
+            items.append(PrefillItem(a.seq.row, crops, a.seq.prefix_slot, a.seq.prompt))
             a.seq.picture = a.seq.crops = None
         self._encoded_last = any(a.prefix is None for a in admitted)
-        fresh = self.runner.launch_prefill(items, keep_prefixes=self.prefix_cache.capacity > 0)
-        for a, prefix in zip(admitted, fresh):
-            if prefix is not None:
-                self.prefix_cache.put(a.seq.image_key, prefix)
+        self.runner.launch_prefill(items)
         rows = [a.seq.row for a in admitted]
         self.scheduler.on_launch(rows, advance_position=False)
         self.prefill_steps += 1
@@ -419,6 +395,12 @@ class Engine:
             self.pipeline.commit(step)
             self.scheduler.commit(step.rows, results)
         return True
+
+    def _release_prefix(self, seq: Sequence) -> None:
+        """The scheduler released `seq`'s row: no launched step reads its prefix slot any more."""
+        if seq.prefix_slot >= 0:
+            self.prefix_cache.unref(seq.prefix_slot)
+            seq.prefix_slot = -1
 
     def _has_pixels(self, seq: Sequence, cached: bool) -> bool:
         """An admitted request whose crops failed ends alone, with its error (reap frees its row)."""

@@ -40,7 +40,7 @@ class DecodePlan:
 
 class Scheduler:
     def __init__(self, rows: int, scratch_pos: int, prefix_len: int, coord_id: int, size_id: int,
-                 eos_id: int, repeat_guard: bool = True) -> None:
+                 eos_id: int, repeat_guard: bool = True, on_release: Callable[[Sequence], None] = lambda seq: None) -> None:
         self.rows = rows
         self.waiting: deque[Sequence] = deque()
         self.running: dict[int, Sequence] = {}  # row → sequence (finalized zombies included)
@@ -49,6 +49,7 @@ class Scheduler:
         self.scratch_pos, self.prefix_len = scratch_pos, prefix_len
         self.coord_id, self.size_id, self.eos_id = coord_id, size_id, eos_id
         self.repeat_guard = repeat_guard
+        self.on_release = on_release  # called once per released row (the engine frees its prefix slot)
         self.retired = 0  # sequences done with: row released, or dropped from the queue (each once)
 
     # ---- admission ----------------------------------------------------------------------
@@ -214,6 +215,7 @@ class Scheduler:
         heapq.heappush(self.free_rows, seq.row)
         seq.status = Status.RELEASED
         self.retired += 1
+        self.on_release(seq)
 
     def abort_all(self, error: BaseException) -> None:
         """Last resort after a device failure: fail every request and free every row.

@@ -40,6 +40,7 @@ class Sequence:
     future: Future = field(default_factory=Future)
     status: Status = Status.WAITING
     row: int = -1
+    prefix_slot: int = -1  # the shared-prefix slot its row reads the image prefix from (from admission)
     position: int = 0  # next KV position to write; tracks launches, not commits
     end_position: int = 0  # exclusive bound reserved at admission
     state: int = 0  # local grammar state after the last committed token

@@ -1,7 +1,7 @@
 """Decode-step benchmark: blocking vs pipelined, against the same engine's GPU-only step.
 
     python -m engine.bench [--device cuda|cpu] [--preset moondream2|tiny] [--batch 1,32] [--kernels triton|torch]
-                           [--json OUT]
+                           [--images distinct|same] [--json OUT]
     python -m engine.bench --task query [--tokens 128] ...   # the decode step with and without a JSON schema
 
 Random weights (no download). The lm_head bias of the coord token is raised and the repetition
@@ -9,7 +9,8 @@ guard is off, so every request keeps emitting objects up to `--objects`: each re
 3·objects+1 steps, a step's cost does not depend on what random weights happen to say, and both
 modes run the same schedule (a request ending early frees its row a step later when pipelined, so
 the rows, hence the GPU's batch shapes and its bf16 rounding, could differ). Each batch uses distinct
-random images (one image prefix per request).
+random images (one image prefix per request), or with `--images same` one image for every request
+(every row then reads the one shared prefix slot).
 
 Columns (ms per decode step, steady state, prefill excluded):
   blocking    the engine with pipelined=False: launch → finalize → wait → commit
@@ -166,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kernels", default="auto", choices=kernels.KERNEL_CHOICES,
                    help="decode attention/rotary: fused Triton kernels ('auto' uses them on CUDA) or the PyTorch path")
+    p.add_argument("--images", default="distinct", choices=("distinct", "same"),
+                   help="a different image per request (the default), or one image for all (rows share its prefix)")
     p.add_argument("--json", default=None, help="write the table as JSON here")
     args = p.parse_args(argv)
     dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
@@ -186,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         last_pos = first_pos + 3 * args.objects + 1
         for engine in engines.values():
             engine.runner.capture_all(last_pos)
-        images = [(rng.random((378, 378, 3)) * 255).astype(np.uint8) for _ in range(batch)]
+        images = [(rng.random((378, 378, 3)) * 255).astype(np.uint8) for _ in range(batch if args.images == "distinct" else 1)]
+        images = images * (batch // len(images))  # --images same: every row reads one shared image prefix
         timed_decode(engines["blocking"], images, 2)  # warm-up: allocator, kernels, grammar cache
         timed_decode(engines["pipelined"], images, 2)
         blocking, _, out_b = timed_decode(engines["blocking"], images, args.objects)
@@ -203,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     fused = kernels.use_fused(args.kernels, model.text.wte, cfg.text.head_dim)
     row = args.max_len or cfg.text.max_context
     header = (f"{args.preset} {dtype} on {gpu}; {args.objects} objects/request ({3 * args.objects + 1} decode steps); "
-              f"{'Triton' if fused else 'PyTorch'} attention; rows of {row} KV positions")
+              f"{'Triton' if fused else 'PyTorch'} attention; rows of {row} KV positions; {args.images} images")
     print(header)
     print(f"{'batch':>5} {'blocking ms':>12} {'pipelined ms':>13} {'gpu-only ms':>12} {'bubble %':>9} {'speedup':>8} {'pipe/gpu':>9}")
     for r in rows:
@@ -212,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": gpu, "preset": args.preset, "dtype": dtype, "objects": args.objects, "max_len": row,
-                       "kernels": "triton" if fused else "torch",
+                       "kernels": "triton" if fused else "torch", "images": args.images,
                        "torch": torch.__version__, "rows": rows}, f, indent=2)
     return 0
 

@@ -245,12 +245,12 @@ def prefill_probe(engine: Engine, width: int, height: int, counts: list[int], re
     prompt = prompt_ids(cfg.tokens, lambda s: engine.tokenizer.encode(s).ids, "detect", OBJECT)
     out = {}
     for n in counts:
-        items = [PrefillItem(row, crops, None, prompt) for row in range(n)]
+        items = [PrefillItem(row, crops, row, prompt) for row in range(n)]  # slot = row: distinct images
         best = float("inf")
         for _ in range(repeats + 1):  # the first run warms the allocator and kernels
             engine.runner.synchronize()
             start = time.perf_counter()
-            engine.runner.launch_prefill(items, keep_prefixes=False)
+            engine.runner.launch_prefill(items)
             engine.runner.synchronize()
             best = min(best, time.perf_counter() - start)
         out[n] = best * 1e3

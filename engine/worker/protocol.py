@@ -25,8 +25,9 @@ class Runner(Protocol):
     def upload_mask_rows(self, table: np.ndarray, num_rows: int, start: int | None = None) -> None:
         """Copy grammar mask-table rows registered since the last call (or from `start` on) to the device."""
 
-    def launch_prefill(self, items: list[Any], *, keep_prefixes: bool) -> list[Any]:
-        """Enqueue the prefill of `items` (PrefillItem); per item, the fresh image prefix or None."""
+    def launch_prefill(self, items: list[Any]) -> None:
+        """Enqueue the prefill of `items` (PrefillItem): new images into their prefix slots, each row
+        pointed at its slot, then the prompts."""
 
     def launch_decode(self, slot: int, batch: int, positions: np.ndarray, attn_len: int) -> None:
         """Enqueue the decode forward of rows 0..batch-1. A mixed step calls it before `launch_prefill`

@@ -27,7 +27,7 @@ from engine.model.moondream import MoondreamModel
 from engine.model.region import more_probability
 from engine.worker.slots import DecodeSlot, StepResults
 from engine.worker.streams import Streams
-from engine.model.text import KVCache
+from engine.model.text import KVCache, SharedPrefix
 
 
 # Prompt lengths a captured prompt prefill is padded to; a longer prompt runs eagerly.
@@ -43,14 +43,15 @@ def batch_buckets(max_batch: int) -> list[int]:
 class PrefillItem:
     row: int
     crops: OverlapCrops | np.ndarray | None  # pixels [H, W, 3] uint8: crops made here, on the device;
-                                             # None: the image prefix comes from `prefix`
-    prefix: tuple[torch.Tensor, torch.Tensor] | None
+                                             # None: `slot` already holds the image prefix
+    slot: int                                # the shared-prefix slot the row reads its image prefix from
     prompt: list[int]
 
 
 class ModelRunner:
     def __init__(self, model: MoondreamModel, *, max_batch: int, max_len: int, mask_capacity: int,
-                 use_graphs: bool | None = None, len_bucket: int = 64, kernels: KernelChoice = "auto") -> None:
+                 prefix_slots: int | None = None, use_graphs: bool | None = None, len_bucket: int = 64,
+                 kernels: KernelChoice = "auto") -> None:
         cfg = model.config
         self.model, self.cfg = model, cfg
         self.device = model.device
@@ -63,7 +64,10 @@ class ModelRunner:
         self.buckets = batch_buckets(max_batch)
         self.use_graphs = self.streams.cuda and use_graphs is not False  # graphs exist only on CUDA
         dev, dt, v, d = self.device, model.dtype, cfg.text.vocab_size, cfg.text.dim
-        self.kv = KVCache.allocate(cfg.text, max_batch, max_len, device=dev, dtype=dt)
+        self.kv = KVCache.allocate(cfg.text, max_batch, max_len, device=dev, dtype=dt)  # positions < prefix_len unused
+        # Image prefixes, one per slot, read by every row of that image (default: one per row).
+        self.prefix = SharedPrefix.allocate(cfg.text, prefix_slots or max_batch, cfg.prefix_len, max_batch,
+                                            device=dev, dtype=dt)
         self.pending_token = torch.zeros(max_batch, dtype=torch.long, device=dev)
         self.pending_coord = torch.zeros(max_batch, 1, dtype=torch.float32, device=dev)
         self.pending_size = torch.zeros(max_batch, 2, dtype=torch.float32, device=dev)
@@ -104,27 +108,22 @@ class ModelRunner:
 
     # ---- forwards -----------------------------------------------------------------------
     @torch.inference_mode()
-    def launch_prefill(self, items: list[PrefillItem], *,
-                       keep_prefixes: bool = True) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
-        """Image prefixes (encoded or copied from cache) then one batched prompt prefill.
-
-        Returns, per item, a copy of the freshly computed image prefix K/V (for the prefix cache),
-        or None for a prefix that came from the cache or when `keep_prefixes` is false.
-        """
+    def launch_prefill(self, items: list[PrefillItem]) -> None:
+        """Point each item's row at its prefix slot, encode the new images into their slots (one
+        vision batch and one prefix prefill for the step), then one batched prompt prefill."""
         model, text, dev = self.model, self.model.text, self.device
-        plen = self.cfg.prefix_len
-        encode = [item for item in items if item.prefix is None]
+        encode = list({item.slot: item for item in items if item.crops is not None}.values())  # one per slot
         with self.streams.on_compute():
-            for item in items:
-                if item.prefix is not None:
-                    self.kv.copy_prefix(item.row, item.prefix)
-            if encode:  # every new image of this step in one vision batch and one prefix prefill
-                rows = self.streams.upload(torch.tensor([item.row for item in encode]), dev)
-                text.prefill_prefix(model.encode_images([self._crops_here(item.crops) for item in encode]), self.kv, rows)
-            fresh = [self.kv.read_prefix(item.row, plen) if item.prefix is None and keep_prefixes else None
-                     for item in items]
+            # One upload: [rows; their slots; the slots to encode]
+            host = torch.tensor([[i.row for i in items], [i.slot for i in items]]).flatten()
+            host = torch.cat([host, torch.tensor([i.slot for i in encode], dtype=torch.long)])
+            ids = self.streams.upload(host, dev)
+            n = len(items)
+            self.prefix.slots[ids[:n]] = ids[n:2 * n]
+            if encode:
+                crops = model.encode_images([self._crops_here(item.crops) for item in encode])
+                text.prefill_prefix(crops, self.prefix.as_cache(), ids[2 * n:])
             self._prompt_prefill(items)
-        return fresh
 
     def _crops_here(self, crops: OverlapCrops | np.ndarray) -> OverlapCrops:
         """OverlapCrops as they are; pixels are uploaded and cropped on this device (libvips' pixels)."""
@@ -151,13 +150,14 @@ class ModelRunner:
         longest = max(len(i.prompt) for i in items)
         length = self.prompt_length_bucket(longest)
         if length is None:
-            host = torch.zeros(n + 2, longest, dtype=torch.long)  # ids; rows; last indices
+            ids = torch.zeros(n, longest, dtype=torch.long)
             for k, item in enumerate(items):
-                host[k, : len(item.prompt)] = torch.tensor(item.prompt)
-                host[n, k], host[n + 1, k] = item.row, len(item.prompt) - 1
-            inputs = self.streams.upload(host, dev)
-            rows, last = inputs[n, :n], inputs[n + 1, :n]
-            hidden = text.prefill(model.embed_ids(inputs[:n]), self.kv, rows, torch.full((n,), plen, device=dev))
+                ids[k, : len(item.prompt)] = torch.tensor(item.prompt)
+            meta = torch.tensor([[i.row for i in items], [len(i.prompt) - 1 for i in items]])
+            inputs = self.streams.upload(torch.cat([ids.flatten(), meta.flatten()]), dev)  # one copy
+            ids, rows, last = inputs[: n * longest].view(n, longest), inputs[n * longest:][:n], inputs[n * longest + n:]
+            hidden = text.prefill(model.embed_ids(ids), self.kv, rows, torch.full((n,), plen, device=dev),
+                                  prefix=self.prefix)
             h = hidden[torch.arange(n, device=dev), last]
             self.hidden[rows] = h
             self.logits[rows] = text.logits(h)
@@ -186,7 +186,7 @@ class ModelRunner:
         ids, pos = self.prompt_in[0, :batch, :length], self.prompt_in[1, :batch, :length]
         rows, last = self.prompt_in[2, :batch, 0], self.prompt_in[3, :batch, 0]
         hidden = text.prefill_at(self.model.embed_ids(ids), self.kv, rows, pos, plen + length,
-                                 self.kernels)  # [batch, length, D]
+                                 self.kernels, prefix=self.prefix)  # [batch, length, D]
         h = hidden[torch.arange(batch, device=self.device), last]  # [batch, D]
         self.prompt_hidden[:batch] = h
         self.prompt_logits[:batch] = text.logits(h)
@@ -199,7 +199,8 @@ class ModelRunner:
             (token == tok.coord_id)[:, None], model.region.encode_coord(self.pending_coord[:batch]),
             torch.where((token == tok.size_id)[:, None], model.region.encode_size(self.pending_size[:batch]),
                         model.embed_ids(token)))
-        hidden = model.text.decode(embeds.to(model.dtype), self.kv, self.positions[:batch], attn_len, self.kernels)
+        hidden = model.text.decode(embeds.to(model.dtype), self.kv, self.positions[:batch], attn_len, self.kernels,
+                                   prefix=self.prefix)
         self.hidden[:batch] = hidden
         self.logits[:batch] = model.text.logits(hidden)
 
