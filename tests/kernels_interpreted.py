@@ -73,16 +73,23 @@ def check_shared_prefix_attention() -> None:
     on rows that hold the prefix themselves; two rows share a slot, one slot is unused."""
     gen = torch.Generator().manual_seed(10)
     heads, hd, max_len, plen = 2, 16, 300, 90  # the prefix ends inside a 64-key block
-    k_rows, v_rows = torch.randn(2, 4, heads, max_len, hd, generator=gen)
+    k_rows, v_rows = torch.randn(2, 9, heads, max_len, hd, generator=gen)
     k_slots, v_slots = torch.randn(2, 3, heads, plen, hd, generator=gen)
-    slots = torch.tensor([2, 0, 2, 1])
+    slots = torch.tensor([2, 0, 2, 1, 2, 2, 0, 2, 2])  # a batch of 9 ≥ GROUP_MIN_BATCH: grouped below
     k_own, v_own = k_rows.clone(), v_rows.clone()
     k_own[:, :, :plen], v_own[:, :, :plen] = k_slots[slots], v_slots[slots]
-    pos = torch.tensor([plen, 150, plen + 40, max_len - 1])
-    q = torch.randn(4, heads, hd, generator=gen)
+    pos = torch.tensor([plen, 150, plen + 40, max_len - 1, plen, 191, 100, plen + 1, plen + 2])
+    q = torch.randn(9, heads, hd, generator=gen)
     want = kernels.decode_attention(q, k_own, v_own, pos, 192)
     got = kernels.decode_attention(q, k_rows, v_rows, pos, 192, prefix=(k_slots, v_slots, slots))
     assert torch.equal(got, want)
+    # Rows grouped by slot (the engine's decode): the chunk inside the prefix once per group.
+    assert len(slots) >= kernels.GROUP_MIN_BATCH
+    table = torch.zeros(kernels.group_table_size(12), dtype=torch.long)  # room for 12 rows: 3 unused
+    kernels.group_table(slots.numpy(), table.numpy())
+    assert table[-1] == 3  # slots 0, 1 and 2: six rows read slot 2
+    grouped = kernels.decode_attention(q, k_rows, v_rows, pos, 192, prefix=(k_slots, v_slots, slots), groups=table)
+    torch.testing.assert_close(grouped, want, rtol=1e-5, atol=1e-5)
     rows = torch.tensor([3, 1])
     ppos = torch.full((2, 16), max_len - 1)
     ppos[0, :16], ppos[1, :7] = torch.arange(plen, plen + 16), torch.arange(plen, plen + 7)
@@ -179,6 +186,41 @@ def check_prompt_prefill() -> None:
     real = pos < plen + 16
     torch.testing.assert_close(got[real], want[real], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(fused_kv.k[:, :, :, : plen + 16], kv.k[:, :, :, : plen + 16], rtol=1e-5, atol=1e-5)
+
+
+def check_engine_with_shared_prefixes_matches_reference() -> None:
+    """Rows of one image decoding together (prefix slots shared, grouped in the decode attention):
+    pipelined and blocking engines with the fused kernels give the reference decoder's outputs."""
+    from engine.model.checkpoint import init_random_
+    from engine.serving.engine import Engine
+    from engine.model.moondream import MoondreamModel
+    from engine.training.vocab import build_tokenizer
+    from engine.model.image import load_image, overlap_crop_image
+    from engine.model.reference import reference_generate
+    from engine.serving.skills import prompt_ids
+    from tests.test_engine import IMAGES
+
+    torch.set_num_threads(1)
+    model = MoondreamModel(TINY, device="cpu", dtype=torch.float32)
+    init_random_(model, seed=2)
+    with torch.no_grad():
+        model.text.lm_head.bias[TINY.tokens.coord_id] += 8.0
+    tokenizer = build_tokenizer(vocab_size=TINY.text.vocab_size)
+    requests = [(i % 2, "point", 2) for i in range(9)]  # two images, nine rows: a batch bucket of 16
+    outputs = {}
+    for pipelined in (True, False):
+        engine = Engine(model, tokenizer, max_batch=16, pipelined=pipelined, prefix_cache_size=2, kernels="triton",
+                        repeat_guard=False, max_prefill_cached=16)
+        assert engine.runner.batch_bucket(9) >= kernels.GROUP_MIN_BATCH
+        handles = [engine.submit(IMAGES[image], skill, "red circle", max_objects=n) for image, skill, n in requests]
+        while engine.step():
+            pass
+        outputs[pipelined] = [h.result() for h in handles]
+    want = {image: reference_generate(model, overlap_crop_image(load_image(IMAGES[image]), TINY.vision),
+                                      prompt_ids(TINY.tokens, lambda t: tokenizer.encode(t).ids, "point", "red circle"),
+                                      "point", 2, repeat_guard=False)
+            for image in (0, 1)}
+    assert outputs[True] == outputs[False] == [want[image] for image, _, _ in requests], (outputs, want)
 
 
 def check_engine_matches_reference() -> None:

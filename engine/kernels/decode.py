@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import os
 
+import numpy as np
 import torch
 
 try:
@@ -40,6 +41,40 @@ except ImportError:  # CPU-only installs: the PyTorch path is used
 CHUNK = 64     # keys per split-K program
 BLOCK_N = 64   # keys per inner iteration
 ATTN_WARPS = 2
+
+
+# Rows that read one prefix slot are handled G at a time (tl.dot needs ≥ 16 rows of queries), by
+# up to GROUP_PROGRAMS programs per (head, chunk) that stride over the groups (8 programs of 4 warps
+# beat 16 of 4 and one program per group of 2 or 4 warps in a sweep on an H200; README).
+GROUP_ROWS = 16
+GROUP_PROGRAMS = 8
+GROUP_MIN_BATCH = 8   # smaller decode batches read the prefix per row (one kernel less per layer)
+
+
+def group_table_size(rows: int) -> int:
+    """Entries of a group table for decode batches of up to `rows` rows."""
+    return rows * (GROUP_ROWS + 1) + 1
+
+
+def group_table(slots: np.ndarray, out: np.ndarray) -> None:
+    """Fill `out` (int64, groups_max·(G+1) + 1: [groups_max, G] rows, -1 where none; [groups_max]
+    slot per group; the number of groups) with rows 0..len(slots)-1 grouped by their prefix slot,
+    at most G = GROUP_ROWS rows a group."""
+    g_rows = GROUP_ROWS
+    groups_max = (out.size - 1) // (g_rows + 1)
+    n = len(slots)
+    order = np.argsort(slots, kind="stable")
+    ordered = slots[order]
+    run_start = np.r_[True, ordered[1:] != ordered[:-1]]
+    index = np.arange(n)
+    within = index - np.maximum.accumulate(np.where(run_start, index, 0))  # place in its slot's run
+    gid = np.cumsum(within % g_rows == 0) - 1
+    table = out[: groups_max * g_rows].reshape(groups_max, g_rows)
+    table.fill(-1)
+    table[gid, within % g_rows] = order
+    out[groups_max * g_rows: groups_max * (g_rows + 1)] = 0
+    out[groups_max * g_rows + gid] = ordered
+    out[-1] = gid[-1] + 1 if n else 0
 
 
 # Under TRITON_INTERPRET=1 (read by Triton when the kernels are defined) they run on CPU tensors
@@ -97,13 +132,47 @@ if triton is not None:
         return k, v
 
     @triton.jit
+    def _prefix_group_kernel(q_ptr, pk_ptr, pv_ptr, table_ptr, m_ptr, l_ptr, acc_ptr, qk_scale,
+                             pstride_slot, pstride_head, pstride_pos, groups_max,
+                             H: tl.constexpr, HD: tl.constexpr, SPLITS: tl.constexpr, G: tl.constexpr,
+                             BLOCK: tl.constexpr, STEP: tl.constexpr):
+        """Key chunks that lie wholly inside the image prefix, for groups of up to G rows that read
+        one prefix slot: the chunk is loaded once per group and multiplied with all the group's
+        queries on the tensor cores (rows of one image then share one read, not G). Writes the
+        same per-(row, head, chunk) partials as `_attn_chunk_kernel`; every row sees the whole prefix.
+        table: [groups_max, G] rows (-1: none), [groups_max] slot per group, [1] number of groups."""
+        h = tl.program_id(0)
+        split = tl.program_id(1)
+        n = split * BLOCK + tl.arange(0, BLOCK)
+        d = tl.arange(0, HD)
+        r = tl.arange(0, G)
+        n_groups = tl.load(table_ptr + groups_max * (G + 1)).to(tl.int32)
+        for g in range(tl.program_id(2), n_groups, STEP):
+            rows = tl.load(table_ptr + g * G + r)
+            valid = rows >= 0
+            slot = tl.load(table_ptr + groups_max * G + g)
+            q = tl.load(q_ptr + (rows[:, None] * H + h) * HD + d[None, :], mask=valid[:, None], other=0.0)
+            offs = slot * pstride_slot + h * pstride_head + n[:, None] * pstride_pos + d[None, :]
+            k = tl.load(pk_ptr + offs)
+            s = tl.dot(q, tl.trans(k)).to(tl.float32) * qk_scale  # [G, BLOCK], log2 domain
+            m = tl.max(s, 1)
+            p = tl.exp2(s - m[:, None])
+            v = tl.load(pv_ptr + offs)
+            acc = tl.dot(p.to(v.dtype), v).to(tl.float32)          # [G, HD]
+            out = (rows * H + h) * SPLITS + split
+            tl.store(m_ptr + out, m, mask=valid)
+            tl.store(l_ptr + out, tl.sum(p, 1), mask=valid)
+            tl.store(acc_ptr + out[:, None] * HD + d[None, :], acc, mask=valid[:, None])
+
+    @triton.jit
     def _attn_chunk_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
                            stride_row, stride_head, stride_pos, attn_len, qk_scale,
                            pk_ptr, pv_ptr, slot_ptr, prefix_len, pstride_slot, pstride_head, pstride_pos,
+                           first_split,
                            H: tl.constexpr, HD: tl.constexpr, SPLITS: tl.constexpr,
                            CHUNK_: tl.constexpr, BLOCK: tl.constexpr, SHARED: tl.constexpr):
         bh = tl.program_id(0)
-        split = tl.program_id(1)
+        split = tl.program_id(1) + first_split  # chunks before it: `_prefix_group_kernel`'s
         b = bh // H
         h = bh % H
         # Keys 0..position are visible; padding rows sit at the scratch position, beyond any
@@ -223,10 +292,13 @@ def shared_prefix_args(prefix: tuple[torch.Tensor, torch.Tensor, torch.Tensor] |
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
                      attn_len: int, *, prefix: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-                     chunk: int = CHUNK, block: int = BLOCK_N, num_warps: int = ATTN_WARPS) -> torch.Tensor:
+                     groups: torch.Tensor | None = None, chunk: int = CHUNK, block: int = BLOCK_N,
+                     num_warps: int = ATTN_WARPS) -> torch.Tensor:
     """q [B, H, hd]; row b attends to keys 0..min(positions[b], attn_len - 1) of cache row b
     ([rows, H, max_len, hd]). `prefix` (k, v [slots, H, P, hd], slots [B]): keys 0..P-1 of row b
-    are those of slot slots[b] instead. Returns [B, H·hd] in q's dtype."""
+    are those of slot slots[b] instead. `groups` (with `prefix`; `group_table` builds it): the rows
+    grouped by slot, so that the chunks inside the prefix are read once per group; then every
+    position must be ≥ P. Returns [B, H·hd] in q's dtype."""
     b, h, hd = q.shape
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(3) == 1 and q.is_contiguous()
     shared = shared_prefix_args(prefix, k_cache, positions)
@@ -234,11 +306,22 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     m = torch.empty(b * h * splits, device=q.device, dtype=torch.float32)
     l = torch.empty_like(m)
     acc = torch.empty(b * h * splits, hd, device=q.device, dtype=torch.float32)
-    _attn_chunk_kernel[(b * h, splits)](q, k_cache, v_cache, positions, m, l, acc,
-                                        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), attn_len,
-                                        hd ** -0.5 * math.log2(math.e), *shared,
-                                        H=h, HD=hd, SPLITS=splits, CHUNK_=chunk, BLOCK=block,
-                                        SHARED=prefix is not None, num_warps=num_warps)
+    first = 0
+    if groups is not None and prefix is not None and b >= GROUP_MIN_BATCH:
+        assert chunk == block and attn_len >= shared[3], "grouped prefix chunks need chunk == block and attn_len ≥ P"
+        first = shared[3] // chunk  # chunks wholly inside the prefix
+        groups_max = (groups.numel() - 1) // (GROUP_ROWS + 1)
+        step = min(GROUP_PROGRAMS, groups_max)
+        if first:
+            _prefix_group_kernel[(h, first, step)](
+                q, shared[0], shared[1], groups, m, l, acc, hd ** -0.5 * math.log2(math.e), *shared[4:], groups_max,
+                H=h, HD=hd, SPLITS=splits, G=GROUP_ROWS, BLOCK=block, STEP=step,
+                num_warps=4)
+    _attn_chunk_kernel[(b * h, splits - first)](q, k_cache, v_cache, positions, m, l, acc,
+                                                k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), attn_len,
+                                                hd ** -0.5 * math.log2(math.e), *shared, first,
+                                                H=h, HD=hd, SPLITS=splits, CHUNK_=chunk, BLOCK=block,
+                                                SHARED=prefix is not None, num_warps=num_warps)
     out = torch.empty(b, h * hd, device=q.device, dtype=q.dtype)
     _attn_merge_kernel[(b * h,)](m, l, acc, out, HD=hd, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits),
                                  num_warps=1)

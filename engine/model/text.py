@@ -42,12 +42,17 @@ class SharedPrefix:
     k: torch.Tensor
     v: torch.Tensor
     slots: torch.Tensor
+    groups: torch.Tensor | None = None  # the decode batch's rows grouped by slot (kernels.group_table), or None
 
     @classmethod
-    def allocate(cls, cfg: TextConfig, slots: int, prefix_len: int, rows: int, *, device, dtype) -> SharedPrefix:
+    def allocate(cls, cfg: TextConfig, slots: int, prefix_len: int, rows: int, *, device, dtype,
+                 grouped: bool = False) -> SharedPrefix:
+        """`grouped`: with a group table for the fused decode kernel, which its owner fills before
+        every decode forward (the runner does, from the rows' slots it set)."""
         shape = (cfg.n_layers, slots, cfg.n_heads, prefix_len, cfg.head_dim)
+        groups = torch.zeros(_kernels.group_table_size(rows), dtype=torch.long, device=device) if grouped else None
         return cls(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype),
-                   torch.zeros(rows, dtype=torch.long, device=device))
+                   torch.zeros(rows, dtype=torch.long, device=device), groups)
 
     @property
     def length(self) -> int:
@@ -278,7 +283,8 @@ class TextModel(nn.Module):
             kl, vl = kv.k[layer], kv.v[layer]
             q = _kernels.rope_kv_write(block.attn.qkv(h), cos, sin, positions, kl, vl, self.cfg.rotary_dims)
             a = _kernels.decode_attention(q, kl, vl, positions, attn_len,
-                                          prefix=None if prefix is None else (prefix.k[layer], prefix.v[layer], slots))
+                                          prefix=None if prefix is None else (prefix.k[layer], prefix.v[layer], slots),
+                                          groups=None if prefix is None else prefix.groups)
             # The residual adds and the next block's LayerNorm are one kernel.
             following = self.blocks[layer + 1].ln if layer + 1 < len(self.blocks) else None
             x, h = _kernels.residual_layernorm(x, block.attn.proj(a), block.mlp(h), following)

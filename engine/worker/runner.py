@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.kernels import KernelChoice
+from engine.kernels import KernelChoice, group_table, group_table_size
 from engine.model.image import OverlapCrops, overlap_crops_tensor
 from engine.model.moondream import MoondreamModel
 from engine.model.region import more_probability
@@ -67,7 +67,9 @@ class ModelRunner:
         self.kv = KVCache.allocate(cfg.text, max_batch, max_len, device=dev, dtype=dt)  # positions < prefix_len unused
         # Image prefixes, one per slot, read by every row of that image (default: one per row).
         self.prefix = SharedPrefix.allocate(cfg.text, prefix_slots or max_batch, cfg.prefix_len, max_batch,
-                                            device=dev, dtype=dt)
+                                            device=dev, dtype=dt, grouped=True)
+        self.slot_of_row = np.zeros(max_batch, dtype=np.int64)  # host copy of prefix.slots
+        self.group_host = [self.streams.pinned(group_table_size(max_batch), dtype=torch.long) for _ in range(2)]
         self.pending_token = torch.zeros(max_batch, dtype=torch.long, device=dev)
         self.pending_coord = torch.zeros(max_batch, 1, dtype=torch.float32, device=dev)
         self.pending_size = torch.zeros(max_batch, 2, dtype=torch.float32, device=dev)
@@ -120,6 +122,7 @@ class ModelRunner:
             ids = self.streams.upload(host, dev)
             n = len(items)
             self.prefix.slots[ids[:n]] = ids[n:2 * n]
+            self.slot_of_row[[i.row for i in items]] = [i.slot for i in items]
             if encode:
                 crops = model.encode_images([self._crops_here(item.crops) for item in encode])
                 text.prefill_prefix(crops, self.prefix.as_cache(), ids[2 * n:])
@@ -209,8 +212,11 @@ class ModelRunner:
         """positions: [batch] int64, scratch for padding rows. Enqueues one forward (graph replay on CUDA)."""
         host = self.slots[slot].positions
         host[:batch] = torch.from_numpy(positions)
+        groups = self.group_host[slot]  # rows 0..batch-1 grouped by prefix slot, for the attention
+        group_table(self.slot_of_row[:batch], groups.numpy())
         with self.streams.on_compute():
             self.positions[:batch].copy_(host[:batch], non_blocking=True)
+            self.prefix.groups.copy_(groups, non_blocking=True)
             self.replay_decode(batch, attn_len)
 
     @torch.inference_mode()
