@@ -22,7 +22,7 @@ class EngineConfig:
     max_prefill_cached: int = 64     # requests with a cached image prefix prefilled per step (prompt only)
     crop_threads: int = 4            # threads making overlap crops (engine.serving.crops)
     device_crops: bool | None = None # resize on the model's device, libvips' pixels (None: on CUDA)
-    prefix_cache_size: int = 8       # image prefixes kept on the device (LRU); 0 disables the cache
+    prefix_cache_size: int = 8       # image prefixes kept on the device after their last request (LRU; 0: none)
     mask_capacity: int = 1024        # grammar mask-table rows on the device (one per distinct allowed set)
     use_graphs: bool | None = None   # CUDA graphs (None: on CUDA)
     kernels: KernelChoice = "auto"   # fused Triton decode kernels or the PyTorch path
@@ -49,6 +49,11 @@ class EngineConfig:
         if self.max_len is not None:
             return self.max_len
         return model.text.max_context
+
+    def prefix_slots(self) -> int:
+        """Image-prefix slots on the device (`SharedPrefix`): one per row, since every running
+        request may show a different image, plus the cached ones; a new image always finds one."""
+        return self.max_batch + self.prefix_cache_size
 
     def replace(self, **changes) -> EngineConfig:
         return dataclasses.replace(self, **changes)

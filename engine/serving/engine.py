@@ -108,10 +108,9 @@ class Engine:
         self.model, self.tokenizer, self.config, self.model_config = model, tokenizer, config, cfg
         if tokenizer.get_vocab_size() > cfg.text.vocab_size:
             raise CheckpointError(f"tokenizer has {tokenizer.get_vocab_size()} tokens but the model only {cfg.text.vocab_size}")
-        slots = config.max_batch + config.prefix_cache_size   # every row its own image, and the cached ones
         self.runner: Runner = runner if runner is not None else ModelRunner(
             model, max_batch=config.max_batch, max_len=config.kv_positions(cfg), mask_capacity=config.mask_capacity,
-            prefix_slots=slots, use_graphs=config.use_graphs, kernels=config.kernels)
+            prefix_slots=config.prefix_slots(), use_graphs=config.use_graphs, kernels=config.kernels)
         t = cfg.tokens
         self.scheduler = Scheduler(config.max_batch, self.runner.scratch_pos, cfg.prefix_len, t.coord_id, t.size_id, t.eos_id,
                                    repeat_guard=config.repeat_guard, on_release=self._release_prefix)
@@ -119,7 +118,7 @@ class Engine:
         self.alphabet = self._alphabet(tokenizer)
         self.compiler = GrammarCompiler()
         self.masks = MaskTable(vocab_size=cfg.text.vocab_size, capacity=config.mask_capacity)
-        self.prefix_cache = PrefixSlots(slots, config.prefix_cache_size)  # which image each prefix slot holds
+        self.prefix_cache = PrefixSlots(config.prefix_slots(), config.prefix_cache_size)  # which image each prefix slot holds
         self.clock = clock
         self._ids = itertools.count(1)
         self._inbox: queue.SimpleQueue[Sequence] = queue.SimpleQueue()

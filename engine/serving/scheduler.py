@@ -67,7 +67,7 @@ class Scheduler:
         """Give waiting requests, in order, a KV row reserved for their whole answer: at most
         `new_images` whose image must be encoded and `cached` whose prefix is cached.
 
-        `cached_prefix(image_key)` returns the image's cached prefix or None; `ready(seq)` says
+        `cached_prefix(image_key)` returns where the image's prefix already is (its slot) or None; `ready(seq)` says
         whether a request that must be encoded has its crops. Admission stops at the first request
         that cannot go now (over a limit, crops not ready, or its image already being encoded in
         this batch: it will hit the cache next step), so requests start in arrival order.
