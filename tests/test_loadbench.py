@@ -37,6 +37,44 @@ def test_loadbench_tiny_cpu_writes_every_row(tmp_path, capsys):
     assert "req/s" in printed and "engine thread, ms per tick" in printed
 
 
+def test_loadbench_samples_the_engine_threads_stacks(tmp_path, capsys):
+    out = tmp_path / "lb.json"
+    assert loadbench.main(["--preset", "tiny", "--device", "cpu", "--size", "96x64", "--tasks", "point",
+                           "--modes", "same", "--conc", "2", "--per-client", "2", "--max-objects", "2",
+                           "--stacks", "3", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    stacks = row["engine_stacks"]
+    assert len(stacks) <= 3 and sum(share for share, _ in stacks) <= 100.0 + 1e-9
+    assert all(0 < share <= 100 and where.count(".py:") >= 1 for share, where in stacks)
+    assert [share for share, _ in stacks] == sorted((share for share, _ in stacks), reverse=True)
+
+
+def test_a_stack_sampler_sees_where_a_thread_waits():
+    import threading
+
+    from engine.tools.stacks import StackSampler
+
+    parked, release = threading.Event(), threading.Event()
+
+    def parked_here() -> None:
+        parked.set()
+        release.wait()
+
+    worker = threading.Thread(target=parked_here)
+    worker.start()
+    parked.wait()
+    sampler = StackSampler(worker.ident, depth=4)
+    try:
+        for _ in range(3):
+            sampler.sample()
+    finally:
+        release.set()
+        worker.join()
+    places = sampler.top(5)
+    assert sampler.samples == 3 and abs(sum(share for share, _ in places) - 100.0) < 1e-9
+    assert all("parked_here" in where for _, where in places)  # within `depth` frames of every sample
+
+
 def test_unique_images_differ_and_same_images_do_not():
     unique = loadbench.ImageSource(8, 4, "unique", 0)
     a, b = unique.next(), unique.next()

@@ -302,6 +302,11 @@ class Engine:
             self._thread.start()
         return self
 
+    @property
+    def thread_id(self) -> int | None:
+        """The serving thread's identifier (after `start`), or None while callers drive the loop."""
+        return None if self._thread is None else self._thread.ident
+
     def close(self) -> None:
         """Finish what was accepted, then stop the serving thread."""
         if self._thread is not None:

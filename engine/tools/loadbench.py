@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import http.client
 import io
 import json
@@ -41,6 +42,7 @@ from engine.serving.engine import Engine
 from engine.serving.skills import prompt_ids
 from engine.serving.limits import kv_positions
 from engine.tools.bench import build_model
+from engine.tools.stacks import StackSampler
 from engine.training.vocab import stand_in_tokenizer
 from engine.worker.runner import PrefillItem
 
@@ -88,6 +90,10 @@ class EngineTarget:
     def steps(self) -> tuple[int, int]:
         """(decode steps, prefill steps) so far."""
         return self.engine.decode_steps, self.engine.prefill_steps
+
+    def thread_id(self) -> int | None:
+        """The engine's serving thread (for `StackSampler`)."""
+        return self.engine.thread_id
 
     def engine_times(self) -> tuple[int, dict[str, tuple[float, float]], int]:
         """(ticks, {verb: (wall s, CPU s)}, decode rows) of the engine thread so far
@@ -186,8 +192,10 @@ class HttpTarget:
         return {name[len(prefix):-2]: value for name, value in self.metrics().items() if name.startswith(prefix)}
 
 
-def run_wave(target, images: ImageSource, task: str, clients: int, per_client: int, max_objects: int) -> dict:
-    """`clients` threads, `per_client` requests each, closed loop. Returns raw timings."""
+def run_wave(target, images: ImageSource, task: str, clients: int, per_client: int, max_objects: int,
+             stacks: int = 0) -> dict:
+    """`clients` threads, `per_client` requests each, closed loop. Returns raw timings; with
+    `stacks`, also the engine thread's `stacks` most sampled stack chains (`StackSampler`)."""
     latencies: list[float] = []
     first_object: list[float] = []
     errors: list[BaseException] = []
@@ -215,11 +223,14 @@ def run_wave(target, images: ImageSource, task: str, clients: int, per_client: i
     timed = getattr(target, "engine_times", None)
     served = getattr(target, "server_times", None)
     steps0, times0, served0 = target.steps(), timed() if timed else None, served() if served else None
+    thread_id = getattr(target, "thread_id", lambda: None)()
+    sampler = StackSampler(thread_id) if stacks and thread_id is not None else contextlib.nullcontext()
     start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with sampler:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     wall = time.perf_counter() - start
     if errors:
         raise errors[0]
@@ -228,6 +239,8 @@ def run_wave(target, images: ImageSource, task: str, clients: int, per_client: i
            "decode_steps": steps[0] - steps0[0], "prefill_steps": steps[1] - steps0[1]}
     if served1:
         raw["server_s"] = {k: v - served0.get(k, 0.0) for k, v in served1.items()}
+    if isinstance(sampler, StackSampler):
+        raw["stacks"] = sampler.top(stacks)
     if times is not None:
         raw["ticks"] = times[0] - times0[0]
         raw["engine_s"] = {k: (w - times0[1][k][0], c - times0[1][k][1]) for k, (w, c) in times[1].items()}
@@ -268,7 +281,8 @@ def summarise(task: str, mode: str, clients: int, raw: dict) -> dict:
             "first_object_p50_ms": float(np.nanpercentile(ttfo, 50)) if np.isfinite(ttfo).any() else None,
             "decode_steps_per_s": raw["decode_steps"] / raw["wall"],
             "prefill_steps_per_request": raw["prefill_steps"] / n,
-            **engine_thread(raw), **server_phases(raw, n, float(lat.mean()))}
+            **engine_thread(raw), **server_phases(raw, n, float(lat.mean())),
+            **({"engine_stacks": raw["stacks"]} if "stacks" in raw else {})}
 
 
 def server_phases(raw: dict, n: int, latency_ms: float) -> dict:
@@ -322,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-prefill-cached", type=int, default=None, help="engine max_prefill_cached")
     p.add_argument("--crop-threads", type=int, default=None, help="engine crop_threads")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stacks", type=int, default=0, metavar="N",
+                   help="sample the engine thread's Python stack during each in-process row and print its N most "
+                        "frequent places (engine.tools.stacks)")
     p.add_argument("--json", default=None, help="write the table as JSON here")
     p.add_argument("--url", default=None, metavar="URL",
                    help="drive a running `python -m app.serve` at URL (e.g. http://127.0.0.1:2020/v1) instead of "
@@ -384,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
                         target.keep(warm.base)
                     run_wave(target, warm, task, c, 1, args.max_objects)
                     raw = run_wave(target, images, task, c, args.requests if c == 1 else args.per_client,
-                                   args.max_objects)
+                                   args.max_objects, stacks=args.stacks)
                     rows.append(summarise(task, mode, c, raw))
                     print(f"  {task} {mode} c={c}: {rows[-1]['req_per_s']:.1f} req/s", flush=True)
     except MismatchError as e:
@@ -416,6 +433,10 @@ def main(argv: list[str] | None = None) -> int:
             batch = "n/a" if r["decode_batch_mean"] is None else format(r["decode_batch_mean"], ".1f")
             print(f"{r['task']:>6} {r['image']:>6} {r['c']:>3} {r['tick_ms']:>8.2f} {cells} {r['outside_ms_per_tick']:>8.2f}"
                   f" {batch:>12}")
+    for r in (r for r in rows if r.get("engine_stacks")):
+        print(f"engine thread, most sampled stacks ({r['task']} {r['image']} c={r['c']}; a line in C shows as its caller):")
+        for share, where in r["engine_stacks"]:
+            print(f"  {share:5.1f}%  {where}")
     served_rows = [r for r in rows if "server_ms_per_request" in r]
     if served_rows:
         print("server, ms per request (wake: the part of wait after the engine finished, when the server can tell)")
