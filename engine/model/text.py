@@ -14,8 +14,9 @@ Two entry points, both batched:
 
 Both take an optional `SharedPrefix`: the serving engine keeps each image prefix once, in a slot,
 and a row reads positions 0..P-1 from its image's slot instead of its own (`prefill_prefix`
-writes a new image straight into its slot). The reference decoder and training keep the prefix
-in the row.
+writes a new image straight into its slot). The reference decoder, training and the engine on the
+PyTorch path (which copies the slot into the row once, at admission) keep the prefix in the row;
+there `SharedPrefix.keys` is the fused kernels' oracle.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.kernels import KernelChoice, group_table, group_table_size
+from engine.kernels import KernelChoice, group_table, group_table_size, use_fused
 from engine.model.image import OverlapCrops, overlap_crops_tensor
 from engine.model.moondream import MoondreamModel
 from engine.model.region import more_probability
@@ -69,6 +69,11 @@ class ModelRunner:
         self.prefix = SharedPrefix.allocate(cfg.text, prefix_slots or max_batch, cfg.prefix_len, max_batch,
                                             device=dev, dtype=dt, grouped=True)
         self.slot_of_row = np.zeros(max_batch, dtype=np.int64)  # host copy of prefix.slots
+        # The fused kernels read a row's image prefix from its slot. The PyTorch path (the CPU) would
+        # have to gather it for every layer of every step, so there each row gets a copy of its
+        # slot at admission and reads its own positions, as the reference decoder's rows do.
+        self.rows_hold_prefix = not use_fused(kernels, self.kv.k, cfg.text.head_dim)
+        self.row_prefix = None if self.rows_hold_prefix else self.prefix  # what the forwards read
         self.group_host = [self.streams.pinned(group_table_size(max_batch), dtype=torch.long) for _ in range(2)]
         self.pending_token = torch.zeros(max_batch, dtype=torch.long, device=dev)
         self.pending_coord = torch.zeros(max_batch, 1, dtype=torch.float32, device=dev)
@@ -126,6 +131,10 @@ class ModelRunner:
             if encode:
                 crops = model.encode_images([self._crops_here(item.crops) for item in encode])
                 text.prefill_prefix(crops, self.prefix.as_cache(), ids[2 * n:])
+            if self.rows_hold_prefix:
+                plen = self.prefix.length
+                self.kv.k[:, ids[:n], :, :plen] = self.prefix.k[:, ids[n:2 * n]]
+                self.kv.v[:, ids[:n], :, :plen] = self.prefix.v[:, ids[n:2 * n]]
             self._prompt_prefill(items)
 
     def _crops_here(self, crops: OverlapCrops | np.ndarray) -> OverlapCrops:
@@ -160,7 +169,7 @@ class ModelRunner:
             inputs = self.streams.upload(torch.cat([ids.flatten(), meta.flatten()]), dev)  # one copy
             ids, rows, last = inputs[: n * longest].view(n, longest), inputs[n * longest:][:n], inputs[n * longest + n:]
             hidden = text.prefill(model.embed_ids(ids), self.kv, rows, torch.full((n,), plen, device=dev),
-                                  prefix=self.prefix)
+                                  prefix=self.row_prefix)
             h = hidden[torch.arange(n, device=dev), last]
             self.hidden[rows] = h
             self.logits[rows] = text.logits(h)
@@ -189,7 +198,7 @@ class ModelRunner:
         ids, pos = self.prompt_in[0, :batch, :length], self.prompt_in[1, :batch, :length]
         rows, last = self.prompt_in[2, :batch, 0], self.prompt_in[3, :batch, 0]
         hidden = text.prefill_at(self.model.embed_ids(ids), self.kv, rows, pos, plen + length,
-                                 self.kernels, prefix=self.prefix)  # [batch, length, D]
+                                 self.kernels, prefix=self.row_prefix)  # [batch, length, D]
         h = hidden[torch.arange(batch, device=self.device), last]  # [batch, D]
         self.prompt_hidden[:batch] = h
         self.prompt_logits[:batch] = text.logits(h)
@@ -203,7 +212,7 @@ class ModelRunner:
             torch.where((token == tok.size_id)[:, None], model.region.encode_size(self.pending_size[:batch]),
                         model.embed_ids(token)))
         hidden = model.text.decode(embeds.to(model.dtype), self.kv, self.positions[:batch], attn_len, self.kernels,
-                                   prefix=self.prefix)
+                                   prefix=self.row_prefix)
         self.hidden[:batch] = hidden
         self.logits[:batch] = model.text.logits(hidden)
 
@@ -212,11 +221,12 @@ class ModelRunner:
         """positions: [batch] int64, scratch for padding rows. Enqueues one forward (graph replay on CUDA)."""
         host = self.slots[slot].positions
         host[:batch] = torch.from_numpy(positions)
-        groups = self.group_host[slot]  # rows 0..batch-1 grouped by prefix slot, for the attention
-        group_table(self.slot_of_row[:batch], groups.numpy())
         with self.streams.on_compute():
             self.positions[:batch].copy_(host[:batch], non_blocking=True)
-            self.prefix.groups.copy_(groups, non_blocking=True)
+            if not self.rows_hold_prefix:  # rows 0..batch-1 grouped by prefix slot, for the fused attention
+                groups = self.group_host[slot]
+                group_table(self.slot_of_row[:batch], groups.numpy())
+                self.prefix.groups.copy_(groups, non_blocking=True)
             self.replay_decode(batch, attn_len)
 
     @torch.inference_mode()
