@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.kernels import KernelChoice, group_table, group_table_size, use_fused
+from engine.kernels import GROUP_MIN_BATCH, KernelChoice, group_table, group_table_size, use_fused
 from engine.model.image import OverlapCrops, overlap_crops_tensor
 from engine.model.moondream import MoondreamModel
 from engine.model.region import more_probability
@@ -64,7 +64,7 @@ class ModelRunner:
         self.buckets = batch_buckets(max_batch)
         self.use_graphs = self.streams.cuda and use_graphs is not False  # graphs exist only on CUDA
         dev, dt, v, d = self.device, model.dtype, cfg.text.vocab_size, cfg.text.dim
-        self.kv = KVCache.allocate(cfg.text, max_batch, max_len, device=dev, dtype=dt)  # positions < prefix_len unused
+        self.kv = KVCache.allocate(cfg.text, max_batch, max_len, device=dev, dtype=dt)
         # Image prefixes, one per slot, read by every row of that image (default: one per row).
         self.prefix = SharedPrefix.allocate(cfg.text, prefix_slots or max_batch, cfg.prefix_len, max_batch,
                                             device=dev, dtype=dt, grouped=True)
@@ -72,8 +72,8 @@ class ModelRunner:
         # The fused kernels read a row's image prefix from its slot. The PyTorch path (the CPU) would
         # have to gather it for every layer of every step, so there each row gets a copy of its
         # slot at admission and reads its own positions, as the reference decoder's rows do.
-        self.rows_hold_prefix = not use_fused(kernels, self.kv.k, cfg.text.head_dim)
-        self.row_prefix = None if self.rows_hold_prefix else self.prefix  # what the forwards read
+        # `row_prefix` is what the forwards read the prefix from: the slots, or (None) the rows.
+        self.row_prefix = self.prefix if use_fused(kernels, self.kv.k, cfg.text.head_dim) else None
         self.group_host = [self.streams.pinned(group_table_size(max_batch), dtype=torch.long) for _ in range(2)]
         self.pending_token = torch.zeros(max_batch, dtype=torch.long, device=dev)
         self.pending_coord = torch.zeros(max_batch, 1, dtype=torch.float32, device=dev)
@@ -121,17 +121,15 @@ class ModelRunner:
         model, text, dev = self.model, self.model.text, self.device
         encode = list({item.slot: item for item in items if item.crops is not None}.values())  # one per slot
         with self.streams.on_compute():
-            # One upload: [rows; their slots; the slots to encode]
-            host = torch.tensor([[i.row for i in items], [i.slot for i in items]]).flatten()
-            host = torch.cat([host, torch.tensor([i.slot for i in encode], dtype=torch.long)])
-            ids = self.streams.upload(host, dev)
+            rows, slots = [i.row for i in items], [i.slot for i in items]
+            ids = self.streams.upload(torch.tensor(rows + slots + [i.slot for i in encode]), dev)  # one copy
             n = len(items)
             self.prefix.slots[ids[:n]] = ids[n:2 * n]
-            self.slot_of_row[[i.row for i in items]] = [i.slot for i in items]
+            self.slot_of_row[rows] = slots
             if encode:
                 crops = model.encode_images([self._crops_here(item.crops) for item in encode])
                 text.prefill_prefix(crops, self.prefix.as_cache(), ids[2 * n:])
-            if self.rows_hold_prefix:
+            if self.row_prefix is None:  # the PyTorch path: each row its own copy of its slot
                 plen = self.prefix.length
                 self.kv.k[:, ids[:n], :, :plen] = self.prefix.k[:, ids[n:2 * n]]
                 self.kv.v[:, ids[:n], :, :plen] = self.prefix.v[:, ids[n:2 * n]]
@@ -175,7 +173,7 @@ class ModelRunner:
             self.logits[rows] = text.logits(h)
             return
         batch = self.batch_bucket(n)
-        host = torch.zeros(4, batch, length, dtype=torch.long, pin_memory=self.streams.cuda)  # ids, positions, row, last index
+        host = self.streams.pinned(4, batch, length, dtype=torch.long)  # ids, positions, row, last index
         host[1].fill_(self.scratch_pos)
         host[2].fill_(items[0].row)  # padding items write only the scratch position of a real row
         for k, item in enumerate(items):
@@ -223,7 +221,7 @@ class ModelRunner:
         host[:batch] = torch.from_numpy(positions)
         with self.streams.on_compute():
             self.positions[:batch].copy_(host[:batch], non_blocking=True)
-            if not self.rows_hold_prefix:  # rows 0..batch-1 grouped by prefix slot, for the fused attention
+            if self.row_prefix is not None and batch >= GROUP_MIN_BATCH:  # rows grouped by slot (fused attention)
                 groups = self.group_host[slot]
                 group_table(self.slot_of_row[:batch], groups.numpy())
                 self.prefix.groups.copy_(groups, non_blocking=True)
