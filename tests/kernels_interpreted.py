@@ -189,8 +189,9 @@ def check_prompt_prefill() -> None:
 
 
 def check_engine_with_shared_prefixes_matches_reference() -> None:
-    """Rows of one image decoding together (prefix slots shared, grouped in the decode attention):
-    pipelined and blocking engines with the fused kernels give the reference decoder's outputs."""
+    """Rows of one image decoding together (prefix slots shared, grouped in the decode attention, or
+    per row with group_prefix="never"): pipelined and blocking engines with the fused kernels give
+    the reference decoder's outputs."""
     from engine.model.checkpoint import init_random_
     from engine.serving.engine import Engine
     from engine.model.moondream import MoondreamModel
@@ -208,19 +209,24 @@ def check_engine_with_shared_prefixes_matches_reference() -> None:
     tokenizer = build_tokenizer(vocab_size=TINY.text.vocab_size)
     requests = [(i % 2, "point", 2) for i in range(9)]  # two images, nine rows: a batch bucket of 16
     outputs = {}
-    for pipelined in (True, False):
+    for pipelined, grouping in ((True, "auto"), (False, "auto"), (True, "never")):
         engine = Engine(model, tokenizer, max_batch=16, pipelined=pipelined, prefix_cache_size=2, kernels="triton",
-                        repeat_guard=False, max_prefill_cached=16)
+                        repeat_guard=False, max_prefill_cached=16, group_prefix=grouping)
         assert engine.runner.batch_bucket(9) >= kernels.GROUP_MIN_BATCH
+        chosen = []
+        group_rows = engine.runner.group_rows
+        engine.runner.group_rows = lambda slot, batch: chosen.append(group_rows(slot, batch)) or chosen[-1]
         handles = [engine.submit(IMAGES[image], skill, "red circle", max_objects=n) for image, skill, n in requests]
         while engine.step():
             pass
-        outputs[pipelined] = [h.result() for h in handles]
+        outputs[pipelined, grouping] = [h.result() for h in handles]
+        # two images over a bucket of 16 rows: grouped steps under "auto", none under "never"
+        assert any(chosen) if grouping == "auto" else chosen and not any(chosen), (grouping, chosen)
     want = {image: reference_generate(model, overlap_crop_image(load_image(IMAGES[image]), TINY.vision),
                                       prompt_ids(TINY.tokens, lambda t: tokenizer.encode(t).ids, "point", "red circle"),
                                       "point", 2, repeat_guard=False)
             for image in (0, 1)}
-    assert outputs[True] == outputs[False] == [want[image] for image, _, _ in requests], (outputs, want)
+    assert all(out == [want[image] for image, _, _ in requests] for out in outputs.values()), (outputs, want)
 
 
 def check_engine_matches_reference() -> None:

@@ -32,3 +32,23 @@ def test_kernels_stay_off_the_cpu_without_the_interpreter():
     assert kernels.triton is not None, "triton is part of the test extra"
     assert kernels.available(torch.zeros(1), 64) is kernels.INTERPRETED is False
     assert not kernels.available(torch.zeros(1), 48)  # not a power of two: PyTorch path
+
+
+def test_grouping_pays_only_when_rows_share_image_prefixes():
+    import numpy as np
+
+    from engine.kernels import GROUP_MIN_BATCH, group_table, group_table_size, grouping_pays
+
+    def groups_of(slots):
+        table = np.zeros(group_table_size(len(slots)), dtype=np.int64)
+        group_table(np.asarray(slots, dtype=np.int64), table)
+        return int(table[-1])
+
+    distinct, same, pairs = list(range(32)), [5] * 32, [i // 2 for i in range(32)]
+    assert (groups_of(distinct), groups_of(same), groups_of(pairs)) == (32, 2, 16)   # at most 16 rows a group
+    assert not grouping_pays(groups_of(distinct), 32) and grouping_pays(groups_of(same), 32)
+    assert grouping_pays(groups_of(pairs), 32)
+    assert not grouping_pays(1, GROUP_MIN_BATCH - 1) and not grouping_pays(1, 32, "never")
+    assert grouping_pays(32, 32, "always")
+    with pytest.raises(ValueError, match="group_prefix must be one of"):
+        grouping_pays(1, 32, "sometimes")

@@ -13,8 +13,8 @@ from typing import Literal
 
 import torch
 
-from engine.kernels.decode import (GROUP_MIN_BATCH, available, decode_attention, group_table, group_table_size,
-                                   residual_layernorm, rope_kv_write)
+from engine.kernels.decode import (GROUP_CHOICES, GROUP_MIN_BATCH, available, decode_attention, group_table,
+                                   group_table_size, grouping_pays, residual_layernorm, rope_kv_write)
 from engine.kernels.prompt import prompt_attention
 
 KernelChoice = Literal["auto", "triton", "torch"]
@@ -34,5 +34,5 @@ def use_fused(choice: KernelChoice, t: torch.Tensor, head_dim: int) -> bool:
     return ok
 
 
-__all__ = ["GROUP_MIN_BATCH", "KERNEL_CHOICES", "KernelChoice", "available", "decode_attention", "group_table", "group_table_size",
-           "prompt_attention", "residual_layernorm", "rope_kv_write", "use_fused"]
+__all__ = ["GROUP_CHOICES", "GROUP_MIN_BATCH", "KERNEL_CHOICES", "KernelChoice", "available", "decode_attention",
+           "group_table", "group_table_size", "grouping_pays", "prompt_attention", "residual_layernorm", "rope_kv_write", "use_fused"]

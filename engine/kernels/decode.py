@@ -49,6 +49,22 @@ ATTN_WARPS = 2
 GROUP_ROWS = 16
 GROUP_PROGRAMS = 8
 GROUP_MIN_BATCH = 8   # smaller decode batches read the prefix per row (one kernel less per layer)
+# With distinct images every group is one row, and the grouped kernel's step was 9 % slower than the
+# per-row kernel's at 32 and 64 rows; with one image it was 20-32 % faster (README). "auto" groups a
+# step's rows when there are at most GROUP_MAX_SHARE groups per row, a point between those two ends.
+GROUP_MAX_SHARE = 0.75
+GROUP_CHOICES: tuple[str, ...] = ("auto", "always", "never")
+
+
+def grouping_pays(n_groups: int, rows: int, choice: str = "auto") -> bool:
+    """Does a decode step of `rows` rows in `n_groups` slot groups (`group_table`'s count) read the
+    image prefix once per group? `choice`: "auto" (by the share of groups), "always", "never"
+    (the latter two for A/B runs); batches under GROUP_MIN_BATCH never do."""
+    if choice not in GROUP_CHOICES:
+        raise ValueError(f"group_prefix must be one of {', '.join(GROUP_CHOICES)}, got {choice!r}")
+    if rows < GROUP_MIN_BATCH or choice == "never":
+        return False
+    return choice == "always" or n_groups <= GROUP_MAX_SHARE * rows
 
 
 def group_table_size(rows: int) -> int:
@@ -297,8 +313,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     """q [B, H, hd]; row b attends to keys 0..min(positions[b], attn_len - 1) of cache row b
     ([rows, H, max_len, hd]). `prefix` (k, v [slots, H, P, hd], slots [B]): keys 0..P-1 of row b
     are those of slot slots[b] instead. `groups` (with `prefix`; `group_table` builds it): the rows
-    grouped by slot, so that the chunks inside the prefix are read once per group; then every
-    position must be ≥ P. Returns [B, H·hd] in q's dtype."""
+    grouped by slot, so that the chunks inside the prefix are read once per group (the caller
+    decides when that pays: `grouping_pays`); then every position must be ≥ P. Returns [B, H·hd] in q's dtype."""
     b, h, hd = q.shape
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(3) == 1 and q.is_contiguous()
     shared = shared_prefix_args(prefix, k_cache, positions)
@@ -307,7 +323,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     l = torch.empty_like(m)
     acc = torch.empty(b * h * splits, hd, device=q.device, dtype=torch.float32)
     first = 0
-    if groups is not None and prefix is not None and b >= GROUP_MIN_BATCH:
+    if groups is not None and prefix is not None:
         assert chunk == block and attn_len >= shared[3], "grouped prefix chunks need chunk == block and attn_len ≥ P"
         first = shared[3] // chunk  # chunks wholly inside the prefix
         groups_max = (groups.numel() - 1) // (GROUP_ROWS + 1)

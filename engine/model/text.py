@@ -243,19 +243,21 @@ class TextModel(nn.Module):
         return x
 
     def decode(self, embeds: torch.Tensor, kv: KVCache, positions: torch.Tensor, attn_len: int,
-               kernels: _kernels.KernelChoice = "auto", prefix: SharedPrefix | None = None) -> torch.Tensor:
+               kernels: _kernels.KernelChoice = "auto", prefix: SharedPrefix | None = None,
+               grouped: bool = False) -> torch.Tensor:
         """One token for KV rows 0..B-1 at `positions` [B]; returns raw hidden [B, D].
 
         Static shapes for a given (B, attn_len): safe to capture in a CUDA graph. On CUDA the
         rotary/KV write and the attention are fused Triton kernels (`engine.kernels.decode`); this
         PyTorch body is the same computation, kept for the CPU and as their test oracle;
         `kernels` chooses between them (`engine.kernels.use_fused`). `prefix`: rows read their image
-        prefix from its slots (`SharedPrefix`).
+        prefix from its slots (`SharedPrefix`); `grouped` (fused kernels): once per group of rows of
+        one slot, as `prefix.groups` (filled by the caller) lists them.
         """
         b = embeds.shape[0]
         t = self.cfg
         if _kernels.use_fused(kernels, embeds, t.head_dim):
-            return self._decode_fused(embeds, kv, positions, attn_len, prefix)
+            return self._decode_fused(embeds, kv, positions, attn_len, prefix, grouped)
         rows = torch.arange(b, device=embeds.device)
         visible = torch.arange(attn_len, device=embeds.device)[None, :] <= positions[:, None]
         bias = torch.zeros(b, attn_len, dtype=embeds.dtype, device=embeds.device).masked_fill_(~visible, float("-inf"))
@@ -275,7 +277,7 @@ class TextModel(nn.Module):
         return x[:, 0]
 
     def _decode_fused(self, embeds: torch.Tensor, kv: KVCache, positions: torch.Tensor, attn_len: int,
-                      prefix: SharedPrefix | None) -> torch.Tensor:
+                      prefix: SharedPrefix | None, grouped: bool) -> torch.Tensor:
         cos, sin = self.rope(embeds.device)
         slots = None if prefix is None else prefix.slots[: embeds.shape[0]]  # rows 0..B-1
         x = embeds.contiguous()
@@ -285,7 +287,7 @@ class TextModel(nn.Module):
             q = _kernels.rope_kv_write(block.attn.qkv(h), cos, sin, positions, kl, vl, self.cfg.rotary_dims)
             a = _kernels.decode_attention(q, kl, vl, positions, attn_len,
                                           prefix=None if prefix is None else (prefix.k[layer], prefix.v[layer], slots),
-                                          groups=None if prefix is None else prefix.groups)
+                                          groups=prefix.groups if prefix is not None and grouped else None)
             # The residual adds and the next block's LayerNorm are one kernel.
             following = self.blocks[layer + 1].ln if layer + 1 < len(self.blocks) else None
             x, h = _kernels.residual_layernorm(x, block.attn.proj(a), block.mlp(h), following)

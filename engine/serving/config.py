@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from engine.kernels import KERNEL_CHOICES, KernelChoice
+from engine.kernels import GROUP_CHOICES, KERNEL_CHOICES, KernelChoice
 from engine.model.config import MoondreamConfig
 from engine.serving.limits import MAX_OBJECTS_LIMIT
 
@@ -26,6 +26,8 @@ class EngineConfig:
     mask_capacity: int = 1024        # grammar mask-table rows on the device (one per distinct allowed set)
     use_graphs: bool | None = None   # CUDA graphs (None: on CUDA)
     kernels: KernelChoice = "auto"   # fused Triton decode kernels or the PyTorch path
+    group_prefix: str = "auto"       # fused decode: read an image prefix once per group of its rows
+                                     # ("auto": when rows share slots enough, kernels.grouping_pays; "always", "never")
     repeat_guard: bool = True        # end a request at a near-duplicate object (skills.is_duplicate)
 
     def __post_init__(self) -> None:
@@ -38,6 +40,8 @@ class EngineConfig:
             problems.append(f"prefix_cache_size must be 0 or more, got {self.prefix_cache_size}")
         if self.kernels not in KERNEL_CHOICES:
             problems.append(f"kernels must be one of {', '.join(KERNEL_CHOICES)}, got {self.kernels!r}")
+        if self.group_prefix not in GROUP_CHOICES:
+            problems.append(f"group_prefix must be one of {', '.join(GROUP_CHOICES)}, got {self.group_prefix!r}")
         if problems:
             raise ValueError("invalid engine config: " + "; ".join(problems))
 

@@ -110,7 +110,8 @@ class Engine:
             raise CheckpointError(f"tokenizer has {tokenizer.get_vocab_size()} tokens but the model only {cfg.text.vocab_size}")
         self.runner: Runner = runner if runner is not None else ModelRunner(
             model, max_batch=config.max_batch, max_len=config.kv_positions(cfg), mask_capacity=config.mask_capacity,
-            prefix_slots=config.prefix_slots(), use_graphs=config.use_graphs, kernels=config.kernels)
+            prefix_slots=config.prefix_slots(), use_graphs=config.use_graphs, kernels=config.kernels,
+            group_prefix=config.group_prefix)
         t = cfg.tokens
         self.scheduler = Scheduler(config.max_batch, self.runner.scratch_pos, cfg.prefix_len, t.coord_id, t.size_id, t.eos_id,
                                    repeat_guard=config.repeat_guard, on_release=self._release_prefix)

@@ -1,7 +1,7 @@
 """Decode-step benchmark: blocking vs pipelined, against the same engine's GPU-only step.
 
     python -m engine.bench [--device cuda|cpu] [--preset moondream2|tiny] [--batch 1,32] [--kernels triton|torch]
-                           [--images distinct|same] [--json OUT]
+                           [--images distinct|same|N] [--group-prefix auto|always|never] [--json OUT]
     python -m engine.bench --task query [--tokens 128] ...   # the decode step with and without a JSON schema
 
 Random weights (no download). The lm_head bias of the coord token is raised and the repetition
@@ -9,8 +9,10 @@ guard is off, so every request keeps emitting objects up to `--objects`: each re
 3·objects+1 steps, a step's cost does not depend on what random weights happen to say, and both
 modes run the same schedule (a request ending early frees its row a step later when pipelined, so
 the rows, hence the GPU's batch shapes and its bf16 rounding, could differ). Each batch uses distinct
-random images (one image prefix per request), or with `--images same` one image for every request
-(every row then reads the one shared prefix slot).
+random images (one image prefix per request), with `--images same` one image for every request
+(every row then reads the one shared prefix slot), or with `--images N` one image per N rows.
+`--group-prefix` forces the fused decode attention's choice between reading a prefix chunk once
+per group of rows of one image and once per row (`engine.kernels.grouping_pays`) for A/B runs.
 
 Columns (ms per decode step, steady state, prefill excluded):
   blocking    the engine with pipelined=False: launch → finalize → wait → commit
@@ -45,6 +47,13 @@ from engine.serving.skills import prompt_ids
 from engine.training.vocab import stand_in_tokenizer
 
 
+def images_arg(text: str) -> str:
+    """--images: "distinct", "same", or a positive number of rows per image."""
+    if text in ("distinct", "same") or (text.isdigit() and int(text) > 0):
+        return text
+    raise argparse.ArgumentTypeError(f"expected distinct, same or a number of rows per image, got {text!r}")
+
+
 def build_model(preset: str, device: str, dtype: str, seed: int) -> MoondreamModel:
     model = MoondreamModel(PRESETS[preset], device=device, dtype=parse_dtype(dtype))
     init_random_(model, seed=seed)
@@ -73,9 +82,10 @@ def gpu_only_step(engine: Engine, batch: int, first_position: int, steps: int) -
     positions as a request's decode, with no CPU bookkeeping and no host copies (ms/step)."""
     runner = engine.runner
     rows = runner.batch_bucket(batch)
+    grouped = runner.group_rows(0, rows)  # the rows' slots as the engine's last decode step left them
     lengths = [runner.attn_bucket(first_position + i) for i in range(steps)]
     for n in sorted(set(lengths)):  # capture (or warm) every graph before timing
-        runner.replay_decode(rows, n)
+        runner.replay_decode(rows, n, grouped)
     runner.replay_sample(0, rows)
     runner.replay_sample(1, rows)
     times = []
@@ -84,7 +94,7 @@ def gpu_only_step(engine: Engine, batch: int, first_position: int, steps: int) -
         runner.synchronize()
         start = time.perf_counter()
         for i, n in enumerate(lengths):
-            runner.replay_decode(rows, n)
+            runner.replay_decode(rows, n, grouped)
             runner.replay_sample(i % 2, rows)
             runner.set_positions(rows, advance=1)
         runner.synchronize()
@@ -167,8 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kernels", default="auto", choices=kernels.KERNEL_CHOICES,
                    help="decode attention/rotary: fused Triton kernels ('auto' uses them on CUDA) or the PyTorch path")
-    p.add_argument("--images", default="distinct", choices=("distinct", "same"),
-                   help="a different image per request (the default), or one image for all (rows share its prefix)")
+    p.add_argument("--images", default="distinct", type=images_arg,
+                   help="a different image per request (distinct, the default), one image for all (same: rows "
+                        "share its prefix), or N: N rows per image")
+    p.add_argument("--group-prefix", default="auto", choices=kernels.GROUP_CHOICES,
+                   help="fused decode: read each image prefix once per group of its rows (auto: when that pays)")
     p.add_argument("--json", default=None, help="write the table as JSON here")
     args = p.parse_args(argv)
     dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
@@ -183,14 +196,16 @@ def main(argv: list[str] | None = None) -> int:
         return query_main(args, model, tokenizer, dtype, gpu)
     for batch in batches:
         engines = {mode: Engine(model, tokenizer, max_batch=batch, pipelined=mode == "pipelined", prefix_cache_size=0,
-                                repeat_guard=False, max_len=args.max_len, kernels=args.kernels)
+                                repeat_guard=False, max_len=args.max_len, kernels=args.kernels,
+                                group_prefix=args.group_prefix)
                    for mode in ("blocking", "pipelined")}
         first_pos = cfg.prefix_len + len(prompt_ids(cfg.tokens, lambda t: tokenizer.encode(t).ids, "detect", "object"))
         last_pos = first_pos + 3 * args.objects + 1
         for engine in engines.values():
             engine.runner.capture_all(last_pos)
-        images = [(rng.random((378, 378, 3)) * 255).astype(np.uint8) for _ in range(batch if args.images == "distinct" else 1)]
-        images = images * (batch // len(images))  # --images same: every row reads one shared image prefix
+        per_image = {"distinct": 1, "same": batch}.get(args.images) or int(args.images)  # rows per image
+        images = [(rng.random((378, 378, 3)) * 255).astype(np.uint8) for _ in range(-(-batch // per_image))]
+        images = [images[i // per_image] for i in range(batch)]  # rows of one image share its prefix slot
         timed_decode(engines["blocking"], images, 2)  # warm-up: allocator, kernels, grammar cache
         timed_decode(engines["pipelined"], images, 2)
         blocking, _, out_b = timed_decode(engines["blocking"], images, args.objects)
@@ -207,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     fused = kernels.use_fused(args.kernels, model.text.wte, cfg.text.head_dim)
     row = args.max_len or cfg.text.max_context
     header = (f"{args.preset} {dtype} on {gpu}; {args.objects} objects/request ({3 * args.objects + 1} decode steps); "
-              f"{'Triton' if fused else 'PyTorch'} attention; rows of {row} KV positions; {args.images} images")
+              f"{'Triton' if fused else 'PyTorch'} attention; rows of {row} KV positions; {args.images} images"
+              f"{'' if args.images in ('distinct', 'same') else ' rows per image'}; prefix grouping {args.group_prefix}")
     print(header)
     print(f"{'batch':>5} {'blocking ms':>12} {'pipelined ms':>13} {'gpu-only ms':>12} {'bubble %':>9} {'speedup':>8} {'pipe/gpu':>9}")
     for r in rows:
@@ -216,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": gpu, "preset": args.preset, "dtype": dtype, "objects": args.objects, "max_len": row,
-                       "kernels": "triton" if fused else "torch", "images": args.images,
+                       "kernels": "triton" if fused else "torch", "images": args.images, "group_prefix": args.group_prefix,
                        "torch": torch.__version__, "rows": rows}, f, indent=2)
     return 0
 

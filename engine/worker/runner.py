@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.kernels import GROUP_MIN_BATCH, KernelChoice, group_table, group_table_size, use_fused
+from engine.kernels import GROUP_MIN_BATCH, KernelChoice, group_table, group_table_size, grouping_pays, use_fused
 from engine.model.image import OverlapCrops, overlap_crops_tensor
 from engine.model.moondream import MoondreamModel
 from engine.model.region import more_probability
@@ -51,7 +51,7 @@ class PrefillItem:
 class ModelRunner:
     def __init__(self, model: MoondreamModel, *, max_batch: int, max_len: int, mask_capacity: int,
                  prefix_slots: int | None = None, use_graphs: bool | None = None, len_bucket: int = 64,
-                 kernels: KernelChoice = "auto") -> None:
+                 kernels: KernelChoice = "auto", group_prefix: str = "auto") -> None:
         cfg = model.config
         self.model, self.cfg = model, cfg
         self.device = model.device
@@ -74,6 +74,8 @@ class ModelRunner:
         # slot at admission and reads its own positions, as the reference decoder's rows do.
         # `row_prefix` is what the forwards read the prefix from: the slots, or (None) the rows.
         self.row_prefix = self.prefix if use_fused(kernels, self.kv.k, cfg.text.head_dim) else None
+        grouping_pays(0, GROUP_MIN_BATCH, group_prefix)  # a bad choice fails here, not at the first step
+        self.group_prefix = group_prefix  # when a decode step reads the prefix once per group of rows
         self.group_host = [self.streams.pinned(group_table_size(max_batch), dtype=torch.long) for _ in range(2)]
         self.pending_token = torch.zeros(max_batch, dtype=torch.long, device=dev)
         self.pending_coord = torch.zeros(max_batch, 1, dtype=torch.float32, device=dev)
@@ -201,7 +203,7 @@ class ModelRunner:
         self.prompt_hidden[:batch] = h
         self.prompt_logits[:batch] = text.logits(h)
 
-    def _decode_forward(self, batch: int, attn_len: int) -> None:
+    def _decode_forward(self, batch: int, attn_len: int, grouped: bool) -> None:
         """The graph body: pending inputs of rows 0..B-1 → hidden and logits."""
         model, tok = self.model, self.cfg.tokens
         token = self.pending_token[:batch]
@@ -210,7 +212,7 @@ class ModelRunner:
             torch.where((token == tok.size_id)[:, None], model.region.encode_size(self.pending_size[:batch]),
                         model.embed_ids(token)))
         hidden = model.text.decode(embeds.to(model.dtype), self.kv, self.positions[:batch], attn_len, self.kernels,
-                                   prefix=self.row_prefix)
+                                   prefix=self.row_prefix, grouped=grouped)
         self.hidden[:batch] = hidden
         self.logits[:batch] = model.text.logits(hidden)
 
@@ -221,21 +223,34 @@ class ModelRunner:
         host[:batch] = torch.from_numpy(positions)
         with self.streams.on_compute():
             self.positions[:batch].copy_(host[:batch], non_blocking=True)
-            if self.row_prefix is not None and batch >= GROUP_MIN_BATCH:  # rows grouped by slot (fused attention)
-                groups = self.group_host[slot]
-                group_table(self.slot_of_row[:batch], groups.numpy())
-                self.prefix.groups.copy_(groups, non_blocking=True)
-            self.replay_decode(batch, attn_len)
+            grouped = self.group_rows(slot, batch)
+            self.replay_decode(batch, attn_len, grouped)
+
+    def group_rows(self, slot: int, batch: int) -> bool:
+        """Group rows 0..batch-1 by their prefix slot for the fused decode attention, when that pays
+        (`grouping_pays`): the table is enqueued for upload and True returned; else False (each
+        row reads its prefix itself). Uses `slot`'s pinned buffer."""
+        if self.row_prefix is None or batch < GROUP_MIN_BATCH or self.group_prefix == "never":
+            return False
+        groups = self.group_host[slot]
+        table = groups.numpy()
+        group_table(self.slot_of_row[:batch], table)
+        if not grouping_pays(int(table[-1]), batch, self.group_prefix):
+            return False
+        with self.streams.on_compute():
+            self.prefix.groups.copy_(groups, non_blocking=True)
+        return True
 
     @torch.inference_mode()
-    def replay_decode(self, batch: int, attn_len: int) -> None:
-        """The decode forward of rows 0..batch-1 at the current device positions (graph on CUDA).
-        `launch_decode` uses it; benchmarks replay it alone to time the GPU without the CPU."""
+    def replay_decode(self, batch: int, attn_len: int, grouped: bool = False) -> None:
+        """The decode forward of rows 0..batch-1 at the current device positions (graph on CUDA);
+        `grouped`: with the group table `group_rows` uploaded. `launch_decode` uses it; benchmarks
+        replay it alone to time the GPU without the CPU."""
         with self.streams.on_compute():
             if self.use_graphs:
-                self._graph(batch, attn_len).replay()
+                self._graph(batch, attn_len, grouped).replay()
             else:
-                self._decode_forward(batch, attn_len)
+                self._decode_forward(batch, attn_len, grouped)
 
     @torch.inference_mode()
     def replay_sample(self, slot: int, batch: int) -> None:
@@ -256,8 +271,8 @@ class ModelRunner:
             if advance:
                 self.positions[:batch] += advance
 
-    def _graph(self, batch: int, attn_len: int) -> torch.cuda.CUDAGraph:
-        return self._captured(("decode", batch, attn_len), lambda: self._decode_forward(batch, attn_len))
+    def _graph(self, batch: int, attn_len: int, grouped: bool) -> torch.cuda.CUDAGraph:
+        return self._captured(("decode", batch, attn_len, grouped), lambda: self._decode_forward(batch, attn_len, grouped))
 
     def _captured(self, key: tuple, body) -> torch.cuda.CUDAGraph:
         """Capture `body` once per key on the compute stream, all graphs sharing one memory pool.
@@ -286,8 +301,10 @@ class ModelRunner:
                          | {self.attn_bucket(max_position)})
         with self.streams.on_compute():
             for b in reversed(self.buckets):
+                groupings = (False, True) if self.row_prefix is not None and grouping_pays(1, b, self.group_prefix) else (False,)
                 for n in lengths:
-                    self._graph(b, n)
+                    for grouped in groupings:
+                        self._graph(b, n, grouped)
                 for slot in self.slots:
                     self._captured(("sample", slot.index, b), lambda: self._sample(slot, b))
             # Prompt prefills captured on padding only: every token writes the scratch position of row 0.
