@@ -49,9 +49,9 @@ ATTN_WARPS = 2
 GROUP_ROWS = 16
 GROUP_PROGRAMS = 8
 GROUP_MIN_BATCH = 8   # smaller decode batches read the prefix per row (one kernel less per layer)
-# With distinct images every group is one row, and the grouped kernel's step was 9 % slower than the
-# per-row kernel's at 32 and 64 rows; with one image it was 20-32 % faster (README). "auto" groups a
-# step's rows when there are at most GROUP_MAX_SHARE groups per row, a point between those two ends.
+# With distinct images every group is one row and the per-row kernel is faster; with two or more rows
+# per image the grouped one is (README, "Whole requests under load"). "auto" groups a step's rows when
+# there are at most GROUP_MAX_SHARE groups per row, a point between those two measured ends.
 GROUP_MAX_SHARE = 0.75
 GROUP_CHOICES: tuple[str, ...] = ("auto", "always", "never")
 
@@ -184,11 +184,12 @@ if triton is not None:
     def _attn_chunk_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
                            stride_row, stride_head, stride_pos, attn_len, qk_scale,
                            pk_ptr, pv_ptr, slot_ptr, prefix_len, pstride_slot, pstride_head, pstride_pos,
-                           first_split,
                            H: tl.constexpr, HD: tl.constexpr, SPLITS: tl.constexpr,
-                           CHUNK_: tl.constexpr, BLOCK: tl.constexpr, SHARED: tl.constexpr):
+                           CHUNK_: tl.constexpr, BLOCK: tl.constexpr, SHARED: tl.constexpr, FIRST: tl.constexpr):
         bh = tl.program_id(0)
-        split = tl.program_id(1) + first_split  # chunks before it: `_prefix_group_kernel`'s
+        # Chunks before FIRST are `_prefix_group_kernel`'s. A compile-time constant: as a runtime argument
+        # it made the per-row step measurably slower (README, "Whole requests under load").
+        split = tl.program_id(1) + FIRST
         b = bh // H
         h = bh % H
         # Keys 0..position are visible; padding rows sit at the scratch position, beyond any
@@ -335,9 +336,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                 num_warps=4)
     _attn_chunk_kernel[(b * h, splits - first)](q, k_cache, v_cache, positions, m, l, acc,
                                                 k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), attn_len,
-                                                hd ** -0.5 * math.log2(math.e), *shared, first,
+                                                hd ** -0.5 * math.log2(math.e), *shared,
                                                 H=h, HD=hd, SPLITS=splits, CHUNK_=chunk, BLOCK=block,
-                                                SHARED=prefix is not None, num_warps=num_warps)
+                                                SHARED=prefix is not None, FIRST=first, num_warps=num_warps)
     out = torch.empty(b, h * hd, device=q.device, dtype=q.dtype)
     _attn_merge_kernel[(b * h,)](m, l, acc, out, HD=hd, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits),
                                  num_warps=1)
