@@ -160,6 +160,11 @@ def check_prompt_attention() -> None:
         want = want.transpose(1, 2).reshape(b, n, -1)
         got = kernels_prompt.prompt_attention(q, k_cache, v_cache, rows_t, pos, end)
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        # rows as the runner passes them: a strided view of its padded prompt inputs, [B, L] → [:, 0]
+        strided = rows_t[:, None].expand(b, n).contiguous()[:, 0]
+        assert not strided.is_contiguous() or b == 1
+        got = kernels_prompt.prompt_attention(q, k_cache, v_cache, strided, pos, end)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 def check_prompt_prefill() -> None:
@@ -186,6 +191,40 @@ def check_prompt_prefill() -> None:
     real = pos < plen + 16
     torch.testing.assert_close(got[real], want[real], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(fused_kv.k[:, :, :, : plen + 16], kv.k[:, :, :, : plen + 16], rtol=1e-5, atol=1e-5)
+
+
+def check_padded_prompt_prefill_matches_eager() -> None:
+    """The runner's padded prompt prefill (static shapes, the fused prompt kernel: how CUDA runs it,
+    captured) against its eager prefill (PyTorch attention), for one step of several different
+    prompts on different images, rows out of order: the same hidden states and logits per row. The
+    check is on the logits, not on decoded answers, which a random model can keep by chance."""
+    from engine.model.checkpoint import init_random_
+    from engine.model.image import load_image, overlap_crop_image
+    from engine.model.moondream import MoondreamModel
+    from engine.serving.skills import prompt_ids
+    from engine.training.vocab import build_tokenizer
+    from engine.worker.runner import ModelRunner, PrefillItem
+    from tests.test_engine import IMAGES
+
+    torch.set_num_threads(1)
+    model = MoondreamModel(TINY, device="cpu", dtype=torch.float32)
+    init_random_(model, seed=3)
+    tokenizer = build_tokenizer(vocab_size=TINY.text.vocab_size)
+    encode = lambda t: tokenizer.encode(t).ids  # noqa: E731
+    asks = [("point", "red circle"), ("detect", "blue star"), ("detect", "a green triangle on the left")]
+    items = [PrefillItem(row, overlap_crop_image(load_image(IMAGES[k % len(IMAGES)]), TINY.vision), k,
+                         prompt_ids(TINY.tokens, encode, skill, obj))
+             for k, (row, (skill, obj)) in enumerate(zip([2, 0, 3], asks))]
+    assert len({len(i.prompt) for i in items}) > 1
+    out = {}
+    for static in (False, True):
+        runner = ModelRunner(model, max_batch=4, max_len=TINY.prefix_len + 64, mask_capacity=8, kernels="triton")
+        runner.static_prompts = static
+        runner.launch_prefill(items)
+        rows = [i.row for i in items]
+        out[static] = (runner.hidden[rows].clone(), runner.logits[rows].clone())
+    torch.testing.assert_close(out[True][0], out[False][0], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out[True][1], out[False][1], rtol=1e-4, atol=1e-4)
 
 
 def check_engine_with_shared_prefixes_matches_reference() -> None:

@@ -310,3 +310,63 @@ def test_run_qa_through_the_engine_api():
     bad = Oracle([RuntimeError("boom")] + [{"caption": "x"} if q.question is None else {"answer": "x"} for q in canon[1:]])
     report = run_qa(bad, 5, 3)
     assert report["errors"] == 1 and all(row["accuracy"] < 1.0 for row in report["per_kind"].values())
+
+
+def test_scores_rank_predictions_across_queries():
+    # query 0's wrong box comes first in emission order; ranked by score it comes after every hit
+    items = [([C, A], [A]), ([B], [B])]
+    by_order = detect_metrics(items)
+    by_score = detect_metrics(items, scores=[[0.2, 0.9], [0.8]])
+    assert by_order["ap50"] == by_order["ap50_emission_order"] == pytest.approx(2 / 3)  # precision 2/3 at full recall
+    assert by_score["ap50"] == pytest.approx(1.0)
+    assert by_score["ap50_emission_order"] == by_order["ap50"]
+    assert by_score["precision"] == by_order["precision"] == pytest.approx(2 / 3)
+
+
+def test_scores_order_the_matching_within_a_query():
+    # two boxes on one object: the higher-scored one takes it, the other is the false positive
+    near = (0.1, 0.12, 0.3, 0.32)
+    assert box_iou(A, near) > 0.5
+    m = detect_metrics([([near, A], [A])], scores=[[0.4, 0.9]])
+    assert m["ap50"] == pytest.approx(1.0) and m["mean_iou"] == pytest.approx(1.0)
+    low = detect_metrics([([near, A], [A])], scores=[[0.9, 0.4]])
+    assert low["ap50"] == pytest.approx(1.0) and low["precision"] == 0.5
+    assert detect_metrics([([A], [A])], scores=[[0.5]])["ap50"] == pytest.approx(1.0)
+    with pytest.raises(AssertionError):
+        detect_metrics([([A], [A])], scores=[[]])
+
+
+def test_engine_options_reach_the_evaluated_engine(monkeypatch, capsys):
+    import engine.training.evaluate as E
+    from engine.training.evaluate import engine_options
+
+    assert engine_options(["kernels=torch", "use_graphs=false", "prefix_cache_size=0", "device_crops=none"]) == {
+        "kernels": "torch", "use_graphs": False, "prefix_cache_size": 0, "device_crops": None}
+    for bad in ("kernels", "max_batch=4", "colour=red"):
+        with pytest.raises(ValueError, match="FIELD=VALUE"):
+            engine_options([bad])
+    seen = {}
+
+    def fake(*a, **k):
+        seen.update(k)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(E, "evaluate", fake)
+    with pytest.raises(SystemExit):
+        E.main(["--n", "1", "--engine", "pipelined=false", "--engine", "group_prefix=never"])
+    assert seen["engine_options"] == {"pipelined": False, "group_prefix": "never"}
+    with pytest.raises(SystemExit) as err:
+        E.main(["--engine", "nope=1"])
+    assert err.value.code == 2 and "FIELD=VALUE" in capsys.readouterr().err
+
+
+def test_blocking_and_pipelined_engines_score_alike():
+    """The engine's outputs do not depend on how it schedules: the same report either way."""
+    from engine.training.evaluate import evaluate
+
+    reports = [evaluate(None, n=6, latency_runs=0, quiet=True, generator="independent", engine_options=options)
+               for options in ({}, {"pipelined": False})]
+    for key in ("detect", "point"):
+        for metric in ("ap50", "precision", "recall", "count_exact", "hit_rate"):
+            assert reports[0][key].get(metric) == reports[1][key].get(metric)
+    assert reports[1]["engine_options"] == {"pipelined": False} and "engine_options" not in reports[0]

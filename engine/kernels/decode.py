@@ -289,6 +289,7 @@ def rope_kv_write(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, posit
     _, h, _, hd = k_cache.shape
     assert qkv.shape[1] == 3 * h * hd and qkv.stride(1) == 1 and k_cache.stride() == v_cache.stride()
     assert cos.is_contiguous() and sin.is_contiguous() and cos.shape[1] == rotary_dims
+    positions = positions.contiguous()  # read as positions[b] at offset b
     q = torch.empty(b, h, hd, device=qkv.device, dtype=qkv.dtype)
     _rope_kv_kernel[(b, h)](qkv, cos, sin, positions, q, k_cache, v_cache,
                             qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
@@ -318,6 +319,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     decides when that pays: `grouping_pays`); then every position must be ≥ P. Returns [B, H·hd] in q's dtype."""
     b, h, hd = q.shape
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(3) == 1 and q.is_contiguous()
+    positions = positions.contiguous()  # read as positions[b] at offset b (a no-op for the runner's)
     shared = shared_prefix_args(prefix, k_cache, positions)
     splits = triton.cdiv(attn_len, chunk)
     m = torch.empty(b * h * splits, device=q.device, dtype=torch.float32)

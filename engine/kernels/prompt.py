@@ -84,6 +84,7 @@ def prompt_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(3) == 1
     assert n >= 16 and n & (n - 1) == 0, "the prompt tile needs a power-of-two length of at least 16"
     q = q.contiguous()
+    rows = rows.contiguous()  # the kernel reads rows[b] at offset b: a strided view (the runner's) needs a copy
     out = torch.empty_like(q)
     _prompt_attn_kernel[(b * h,)](q, k_cache, v_cache, rows, pos.contiguous(), out, end,
                                   hd ** -0.5 * math.log2(math.e), k_cache.stride(0), k_cache.stride(1),

@@ -2,7 +2,7 @@
 
     python -m engine.evaluate [--generator own|independent] [--weights DIR] [--n 500] [--seed 12345]
                               [--max-batch 16] [--latency-runs 30] [--threads 2] [--json PATH]
-                              [--qa N] [--qa-only] [--device cpu|cuda]
+                              [--qa N] [--qa-only] [--device cpu|cuda] [--engine FIELD=VALUE ...]
 
 `--generator own` (default): `engine.training.scenes.scene_batch(seed, n, **OWN_SCENES)` — the
 distribution training draws from, but another seed (training uses seeds [train_seed, batch,
@@ -14,12 +14,15 @@ and are collected at the end. The report is printed; it is written only where `-
 
 Metrics (pure functions below, tested in tests/test_evaluate.py):
 
-* detect AP50: the model emits no scores, so predictions are ranked by emission order — every
-  query's 1st object, then every query's 2nd, … (ties by query index). In that order each
-  prediction takes the unmatched ground-truth box of its query with the highest IoU ≥ 0.5
-  (COCO's greedy rule); AP is COCO's 101-point interpolated area under precision/recall, all
-  queries pooled as one class. Precision and recall at the operating point (all predictions)
-  are reported too: an extra low-ranked box can leave AP at 1.0 but lowers precision.
+* detect AP50: predictions are ranked by the score the engine gives each object
+  (`skills.object_score`, the model's own probabilities), highest first, as COCO ranks detections;
+  ties (and every box, when no scores are given) by emission order: every query's 1st object,
+  then every query's 2nd, …, then by query index. Within a query, in that order, each prediction takes the
+  unmatched ground-truth box with the highest IoU ≥ 0.5 (COCO's greedy rule); AP is COCO's
+  101-point interpolated area under precision/recall, all queries pooled as one class.
+  `ap50_emission_order` ranks by emission order alone (the yardstick of earlier reports).
+  Precision and recall at the operating point (all predictions) are reported too: an extra
+  low-ranked box can leave AP at 1.0 but lowers precision.
 * detect mean IoU: mean IoU of the pairs of a one-to-one matching per query (greedy by largest
   IoU, any overlap > 0), so it measures localisation of the boxes that found their object.
 * point hit rate: share of predicted points that fall inside the pixel mask of an object the
@@ -147,22 +150,32 @@ def _count_metrics(pairs: Sequence[tuple[int, int]]) -> dict:
             "empty_accuracy": float(np.mean(empty)) if empty else None, "empty_queries": len(empty)}
 
 
-def detect_metrics(items: Sequence[tuple[Sequence[Box], Sequence[Box]]], threshold: float = 0.5) -> dict:
-    """items: per query (predicted boxes in emission order, ground-truth boxes)."""
-    ranked, ious = [], []
+def detect_metrics(items: Sequence[tuple[Sequence[Box], Sequence[Box]]], threshold: float = 0.5,
+                   scores: Sequence[Sequence[float]] | None = None) -> dict:
+    """items: per query (predicted boxes in emission order, ground-truth boxes); scores: per query,
+    one per predicted box (None: rank by emission order alone)."""
+    ious = []
     n_gt = n_pred = 0
+    by_score, by_emission = [], []
     for q, (pred, gt) in enumerate(items):
+        score = [1.0] * len(pred) if scores is None else list(scores[q])
+        assert len(score) == len(pred), "one score per predicted box"
+        order = sorted(range(len(pred)), key=lambda i: (-score[i], i))  # the query's boxes, best first
+        for i, flag in zip(order, greedy_tp([pred[i] for i in order], gt, threshold)):
+            by_score.append((-score[i], i, q, flag))
         for rank, flag in enumerate(greedy_tp(pred, gt, threshold)):
-            ranked.append((rank, q, flag))
+            by_emission.append((rank, q, flag))
         ious += best_iou_pairs(pred, gt)
         n_gt += len(gt)
         n_pred += len(pred)
-    ranked.sort(key=lambda r: (r[0], r[1]))
-    flags = [f for _, _, f in ranked]
+    by_score.sort(key=lambda r: r[:3])
+    by_emission.sort(key=lambda r: r[:2])
+    flags = [r[-1] for r in by_score]
     tp = sum(flags)
     return {
         "queries": len(items), "predictions": n_pred, "ground_truth": n_gt,
         "ap50": average_precision(flags, n_gt),
+        "ap50_emission_order": average_precision([r[-1] for r in by_emission], n_gt),
         "precision": tp / n_pred if n_pred else None,
         "recall": tp / n_gt if n_gt else None,
         "mean_iou": float(np.mean(ious)) if ious else None,
@@ -290,6 +303,10 @@ def _boxes(result: dict) -> list[Box]:
     return [(o["x_min"], o["y_min"], o["x_max"], o["y_max"]) for o in result.get("objects", [])]
 
 
+def _scores(result: dict) -> list[float]:
+    return [o["score"] for o in result.get("objects", [])]
+
+
 def _points(result: dict) -> list[tuple[float, float]]:
     return [(p["x"], p["y"]) for p in result.get("points", [])]
 
@@ -342,8 +359,10 @@ def query_form(text: str) -> str:
     return "colour shape" if len(words) == 2 else "colour" if words[0] in COLOURS else "shape"
 
 
-def breakdowns(data, det: list[list[Box]], pts: list[list[tuple[float, float]]]) -> dict:
-    """Per-object recall by tilt / size / shape, and all metrics by crowd, query form and background."""
+def breakdowns(data, det: list[list[Box]], pts: list[list[tuple[float, float]]],
+               det_scores: list[list[float]] | None = None) -> dict:
+    """Per-object recall by tilt / size / shape, and all metrics by crowd, query form and background
+    (detect AP ranked by `det_scores` where given, as `detect_metrics`)."""
     recall: dict[str, dict[str, list[int]]] = {"tilt": {}, "size": {}, "shape": {}}
     for (scene, query), boxes, points in zip(data, det, pts):
         _, found_d = greedy_match(boxes, [o.box for o in query.matches])
@@ -368,7 +387,8 @@ def breakdowns(data, det: list[list[Box]], pts: list[list[tuple[float, float]]])
             groups.setdefault(label_of(scene, query), []).append(i)
         out[key] = {}
         for label, idx in sorted(groups.items()):
-            dm = detect_metrics([(det[i], [o.box for o in data[i][1].matches]) for i in idx])
+            dm = detect_metrics([(det[i], [o.box for o in data[i][1].matches]) for i in idx],
+                                scores=None if det_scores is None else [det_scores[i] for i in idx])
             pm = point_metrics([(pts[i], data[i][1].matches, data[i][0].image.size) for i in idx])
             out[key][label] = {"queries": len(idx), "detect_ap50": dm["ap50"], "detect_precision": dm["precision"],
                                "detect_recall": dm["recall"], "detect_count_exact": dm["count_exact"],
@@ -397,14 +417,17 @@ def generate(generator: str, seed: int, n: int):
 
 def evaluate(weights: str | Path | None, n: int = 500, seed: int = 12345, max_batch: int = 16,
              latency_runs: int = 30, threads: int = 2, quiet: bool = False, generator: str = "own",
-             qa: int = 0, objects: bool = True, device: str = "cpu") -> dict:
+             qa: int = 0, objects: bool = True, device: str = "cpu", engine_options: dict | None = None) -> dict:
+    """`engine_options`: EngineConfig fields for the evaluated engine (e.g. {"kernels": "torch"}):
+    its outputs must not depend on them, so a metric that moves with one is an engine bug."""
     from engine.serving.engine import DEFAULT_WEIGHTS, Engine
 
     weights = Path(weights) if weights is not None else DEFAULT_WEIGHTS
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
-    engine = Engine.from_pretrained(weights, device=device, dtype="fp32", max_batch=max_batch)
+    options = dict(engine_options or {})
+    engine = Engine.from_pretrained(weights, device=device, dtype="fp32", max_batch=max_batch, **options)
     report: dict = {"weights": str(weights), "generator": generator, "n": n, "seed": seed, "max_batch": max_batch,
-                    "device": device}
+                    "device": device, **({"engine_options": options} if options else {})}
     if qa:
         report["qa"] = run_qa(engine, seed, qa)
         say(f"  questions and captions: {report['qa']['requests']} requests on {qa} own scenes in "
@@ -414,14 +437,16 @@ def evaluate(weights: str | Path | None, n: int = 500, seed: int = 12345, max_ba
     t0 = time.perf_counter()
     data = generate(generator, seed, n)
     say(f"evaluate: {weights} on {n} {generator} scenes (seed {seed}), generated in {time.perf_counter() - t0:.1f}s")
-    answers = {}
+    answers, det_scores = {}, None
     for skill in ("detect", "point"):
         t0 = time.perf_counter()
         results, errors = run_requests(engine, data, skill)
         dt = time.perf_counter() - t0
         if skill == "detect":
             answers[skill] = [_boxes(r) for r in results]
-            m = detect_metrics([(b, [o.box for o in q.matches]) for b, (_, q) in zip(answers[skill], data)])
+            det_scores = [_scores(r) for r in results]
+            m = detect_metrics([(b, [o.box for o in q.matches]) for b, (_, q) in zip(answers[skill], data)],
+                               scores=det_scores)
         else:
             answers[skill] = [_points(r) for r in results]
             m = point_metrics([(p, q.matches, s.image.size) for p, (s, q) in zip(answers[skill], data)])
@@ -431,7 +456,7 @@ def evaluate(weights: str | Path | None, n: int = 500, seed: int = 12345, max_ba
     both = [report["detect"]["count_exact"], report["point"]["count_exact"]]
     report["count_exact"] = float(np.mean(both))
     report["empty_accuracy"] = _mean_of(report["detect"]["empty_accuracy"], report["point"]["empty_accuracy"])
-    report["breakdowns"] = breakdowns(data, answers["detect"], answers["point"])
+    report["breakdowns"] = breakdowns(data, answers["detect"], answers["point"], det_scores)
     if latency_runs > 0:
         report["latency"] = measure_latency(weights, data, min(latency_runs, n), threads)
     report["targets"] = check_targets(report)
@@ -473,7 +498,8 @@ def format_table(report: dict) -> str:
     d, p = report["detect"], report["point"]
     lines = [
         f"{'metric':<28}{'detect':>10}{'point':>10}",
-        f"{'AP50':<28}{f(d['ap50']):>10}{'':>10}",
+        f"{'AP50 (ranked by score)':<28}{f(d['ap50']):>10}{'':>10}",
+        f"{'AP50 (by emission order)':<28}{f(d.get('ap50_emission_order')):>10}{'':>10}",
         f"{'precision / hit rate':<28}{f(d['precision']):>10}{f(p['hit_rate']):>10}",
         f"{'recall':<28}{f(d['recall']):>10}{f(p['recall']):>10}",
         f"{'mean IoU (matched)':<28}{f(d['mean_iou']):>10}{'':>10}",
@@ -498,12 +524,34 @@ def format_table(report: dict) -> str:
         lat = report["latency"]
         lines.append(f"latency, one detect ({lat['threads']} threads, max_batch 1): median {lat['median_ms']:.1f} ms, "
                      f"p90 {lat['p90_ms']:.1f} ms over {lat['runs']} images")
-    lines.append("targets: " + ", ".join(
-        f"{k} {'—' if t['value'] is None else round(t['value'], 3)} {'✓' if t['met'] else '✗'} (target {t['target']})"
-        for k, t in report["targets"].items()))
+    def target(k: str, t: dict) -> str:
+        if t["met"] is None:
+            return f"{k} not measured (target {t['target']})"
+        return f"{k} {round(t['value'], 3)} {'✓' if t['met'] else '✗'} (target {t['target']})"
+
+    lines.append("targets: " + ", ".join(target(k, t) for k, t in report["targets"].items()))
     if "qa" in report:
         lines.append(format_qa_table(report["qa"]))
     return "\n".join(lines)
+
+
+def engine_options(pairs: Sequence[str]) -> dict:
+    """`--engine FIELD=VALUE` pairs → EngineConfig overrides (true/false/none, integers, else text)."""
+    from dataclasses import fields
+
+    from engine.serving.config import EngineConfig
+
+    known = {f.name for f in fields(EngineConfig)} - {"max_batch"}
+    out: dict = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or name not in known:
+            raise ValueError(f"--engine {pair!r}: use FIELD=VALUE with FIELD one of {', '.join(sorted(known))} "
+                             "(--max-batch sets max_batch)")
+        low = text.lower()
+        out[name] = ({"true": True, "false": False, "none": None}[low] if low in ("true", "false", "none")
+                     else int(text) if text.lstrip("-").isdigit() else text)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -521,12 +569,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--qa-only", action="store_true", help="only the questions and captions (no detect/point, no latency)")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                     help="where the evaluated engine runs (the latency measurement always uses the CPU)")
+    ap.add_argument("--engine", action="append", default=[], metavar="FIELD=VALUE",
+                    help="an EngineConfig field of the evaluated engine, e.g. kernels=torch, use_graphs=false, "
+                         "device_crops=false, group_prefix=never (repeatable): the metrics must not move")
     ap.add_argument("--json", default=None, help="also write the report here as JSON (default: print only)")
     a = ap.parse_args(argv)
     if a.qa_only and a.qa <= 0:
         ap.error("--qa-only needs --qa N (the number of scenes to ask about)")
+    try:
+        options = engine_options(a.engine)
+    except ValueError as e:
+        ap.error(str(e))
     report = evaluate(a.weights, n=a.n, seed=a.seed, max_batch=a.max_batch, latency_runs=a.latency_runs, threads=a.threads,
-                      generator=a.generator, qa=a.qa, objects=not a.qa_only, device=a.device)
+                      generator=a.generator, qa=a.qa, objects=not a.qa_only, device=a.device, engine_options=options)
     print(format_table(report))
     if not a.json:
         return 0

@@ -1128,7 +1128,7 @@ def heldout_check(out: Path, dev: torch.device, n: int, seed: int, budget_s: flo
     t0 = time.monotonic()
     model = load_model(out, dtype="fp32", device=dev)
     data = scene_batch(seed, n, **OWN_SCENES)
-    det, pts = [], []
+    det, det_scores, pts = [], [], []
     for scene, query in data:
         if time.monotonic() - t0 > budget_s:
             break
@@ -1136,8 +1136,9 @@ def heldout_check(out: Path, dev: torch.device, n: int, seed: int, budget_s: flo
         d = reference_generate(model, crops, prompts[("detect", query.text)], "detect", DEFAULT_MAX_OBJECTS)
         p = reference_generate(model, crops, prompts[("point", query.text)], "point", DEFAULT_MAX_OBJECTS)
         det.append(([(o["x_min"], o["y_min"], o["x_max"], o["y_max"]) for o in d["objects"]], [o.box for o in query.matches]))
+        det_scores.append([o["score"] for o in d["objects"]])
         pts.append(([(o["x"], o["y"]) for o in p["points"]], query.matches, scene.image.size))
-    dm, pm = detect_metrics(det), point_metrics(pts)
+    dm, pm = detect_metrics(det, scores=det_scores), point_metrics(pts)
     return {"scenes": len(det), "seed": seed, "detect_ap50": dm["ap50"], "detect_mean_iou": dm["mean_iou"],
             "detect_count_exact": dm["count_exact"], "point_hit_rate": pm["hit_rate"], "point_recall": pm["recall"],
             "point_count_exact": pm["count_exact"], "empty_accuracy": dm["empty_accuracy"],
