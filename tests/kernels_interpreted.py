@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import torch
 
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through tests/test_kernels.py"
@@ -225,6 +226,50 @@ def check_padded_prompt_prefill_matches_eager() -> None:
         out[static] = (runner.hidden[rows].clone(), runner.logits[rows].clone())
     torch.testing.assert_close(out[True][0], out[False][0], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(out[True][1], out[False][1], rtol=1e-4, atol=1e-4)
+
+
+def check_grouped_decode_step_matches_per_row() -> None:
+    """A decode step of the runner whose rows share image slots (rows out of slot order, groups of
+    one and of several rows, the host-built group table): the grouped graph body gives the per-row
+    body's logits, and both the PyTorch path's (rows hold their prefix copies)."""
+    from engine.model.checkpoint import init_random_
+    from engine.model.image import load_image, overlap_crop_image
+    from engine.model.moondream import MoondreamModel
+    from engine.serving.skills import prompt_ids
+    from engine.training.vocab import build_tokenizer
+    from engine.worker.runner import ModelRunner, PrefillItem
+    from tests.test_engine import IMAGES
+
+    torch.set_num_threads(1)
+    model = MoondreamModel(TINY, device="cpu", dtype=torch.float32)
+    init_random_(model, seed=4)
+    tokenizer = build_tokenizer(vocab_size=TINY.text.vocab_size)
+    encode = lambda t: tokenizer.encode(t).ids  # noqa: E731
+    image_of_row = [0, 1, 0, 2, 0, 1, 0, 0, 1, 0]  # slot = image: groups of 6, 3 and 1 rows
+    crops = [overlap_crop_image(load_image(IMAGES[k % len(IMAGES)]), TINY.vision) for k in range(3)]
+    batch = len(image_of_row)
+    assert batch >= kernels.GROUP_MIN_BATCH
+    logits = {}
+    for name, kernel_choice, grouped in (("per-row", "triton", False), ("grouped", "triton", True),
+                                         ("torch", "torch", False)):
+        runner = ModelRunner(model, max_batch=16, max_len=TINY.prefix_len + 64, mask_capacity=8,
+                             kernels=kernel_choice, group_prefix="always" if grouped else "never")
+        seen = set()
+        items = []
+        for row, image in enumerate(image_of_row):
+            obj = ["red circle", "blue star", "green"][row % 3]
+            items.append(PrefillItem(row, None if image in seen else crops[image], image,
+                                     prompt_ids(TINY.tokens, encode, "point", obj)))
+            seen.add(image)
+        runner.launch_prefill(items)
+        positions = np.array([TINY.prefix_len + len(i.prompt) + row % 3 for row, i in enumerate(items)])
+        runner.pending_token[:batch] = torch.tensor([encode(w)[0] for w in ("a", "b")] * (batch // 2))
+        runner.positions[:batch] = torch.from_numpy(positions)
+        assert runner.group_rows(0, batch) == grouped
+        runner.replay_decode(batch, runner.attn_bucket(int(positions.max())), grouped)
+        logits[name] = runner.logits[:batch].clone()
+    torch.testing.assert_close(logits["grouped"], logits["per-row"], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(logits["per-row"], logits["torch"], rtol=1e-4, atol=1e-4)
 
 
 def check_engine_with_shared_prefixes_matches_reference() -> None:

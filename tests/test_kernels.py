@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("check", ["rope_kv_write", "decode_attention", "residual_layernorm", "decode_step",
                                    "prompt_attention", "prompt_prefill", "shared_prefix_attention",
                                    "engine_matches_reference", "engine_with_shared_prefixes_matches_reference",
-                                   "padded_prompt_prefill_matches_eager"])
+                                   "padded_prompt_prefill_matches_eager", "grouped_decode_step_matches_per_row"])
 def test_kernel_under_triton_interpreter(check):
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-c", f"import tests.kernels_interpreted as k; k.check_{check}()"],
