@@ -199,6 +199,8 @@ class TextModel(nn.Module):
             visible = keys[None, None, :] <= pos[:, :, None]
             in_prefix = (pos[:, :, None] < self.prefix_len) & (keys[None, None, :] < self.prefix_len)
             mask = (visible | in_prefix)[:, None]  # [B, 1, L, end]
+        else:  # the prompt kernel reads rows/pos by offset: copy views (the runner's) once, not per layer
+            rows, pos = rows.contiguous(), pos.contiguous()
         x = embeds
         row_idx = rows[:, None].expand(b, n)
         rope = self.rope_at(pos)
