@@ -60,3 +60,20 @@ def test_a_difference_fails(capsys, eager_ckpt, samples, monkeypatch):
 def test_unusable_weights_exit_2(capsys, tmp_path):
     code, out, err = run(capsys, "--weights", str(tmp_path / "none"))
     assert code == 2 and out == "" and err.startswith("error: ") and "not a checkpoint directory" in err
+
+
+def test_compare_identical_agrees_and_differs():
+    box = {"x_min": 0.1, "y_min": 0.2, "x_max": 0.3, "y_max": 0.4, "score": 0.9}
+    ref = {"objects": [box]}
+    assert verify.compare(ref, {"objects": [dict(box)]}, 0.0, 1e-3) == ("identical", 0.0, 0.0)
+    # a score rounded the other way agrees in fp32; a moved coordinate does not
+    assert verify.compare(ref, {"objects": [{**box, "score": 0.9001}]}, 0.0, 1e-3)[0] == "agrees"
+    assert verify.compare(ref, {"objects": [{**box, "x_min": 0.101}]}, 0.0, 1e-3)[0] == "DIFFERENT"
+    # reduced precision: within the tolerances agrees, beyond them differs, another count always differs
+    status, dc, ds = verify.compare(ref, {"objects": [{**box, "x_min": 0.105, "score": 0.88}]}, *verify.REDUCED)
+    assert status == "agrees" and abs(dc - 0.005) < 1e-9 and abs(ds - 0.02) < 1e-9
+    assert verify.compare(ref, {"objects": [{**box, "y_max": 0.42}]}, *verify.REDUCED)[0] == "DIFFERENT"
+    assert verify.compare(ref, {"objects": [{**box, "score": 0.8}]}, *verify.REDUCED)[0] == "DIFFERENT"
+    assert verify.compare(ref, {"objects": []}, *verify.REDUCED)[0] == "DIFFERENT"
+    pts = {"points": [{"x": 0.5, "y": 0.5, "score": 0.7}]}
+    assert verify.compare(pts, {"points": [{"x": 0.503, "y": 0.5, "score": 0.7}]}, *verify.REDUCED)[0] == "agrees"

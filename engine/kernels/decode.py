@@ -151,7 +151,7 @@ if triton is not None:
     def _prefix_group_kernel(q_ptr, pk_ptr, pv_ptr, table_ptr, m_ptr, l_ptr, acc_ptr, qk_scale,
                              pstride_slot, pstride_head, pstride_pos, groups_max,
                              H: tl.constexpr, HD: tl.constexpr, SPLITS: tl.constexpr, G: tl.constexpr,
-                             BLOCK: tl.constexpr, STEP: tl.constexpr):
+                             BLOCK: tl.constexpr, STEP: tl.constexpr, PRECISION: tl.constexpr):
         """Key chunks that lie wholly inside the image prefix, for groups of up to G rows that read
         one prefix slot: the chunk is loaded once per group and multiplied with all the group's
         queries on the tensor cores (rows of one image then share one read, not G). Writes the
@@ -170,11 +170,11 @@ if triton is not None:
             q = tl.load(q_ptr + (rows[:, None] * H + h) * HD + d[None, :], mask=valid[:, None], other=0.0)
             offs = slot * pstride_slot + h * pstride_head + n[:, None] * pstride_pos + d[None, :]
             k = tl.load(pk_ptr + offs)
-            s = tl.dot(q, tl.trans(k)).to(tl.float32) * qk_scale  # [G, BLOCK], log2 domain
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(tl.float32) * qk_scale  # [G, BLOCK], log2 domain
             m = tl.max(s, 1)
             p = tl.exp2(s - m[:, None])
             v = tl.load(pv_ptr + offs)
-            acc = tl.dot(p.to(v.dtype), v).to(tl.float32)          # [G, HD]
+            acc = tl.dot(p.to(v.dtype), v, input_precision=PRECISION).to(tl.float32)  # [G, HD]
             out = (rows * H + h) * SPLITS + split
             tl.store(m_ptr + out, m, mask=valid)
             tl.store(l_ptr + out, tl.sum(p, 1), mask=valid)
@@ -297,6 +297,13 @@ def rope_kv_write(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, posit
     return q
 
 
+def dot_precision(dtype: torch.dtype) -> str:
+    """`tl.dot`'s input precision: fp32 inputs are multiplied exactly ("ieee"; Triton's default would
+    round them to TF32, and the fp32 engine would then drift from the PyTorch path); 16-bit inputs
+    are exact on the tensor cores either way."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
 def shared_prefix_args(prefix: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None, k_cache: torch.Tensor,
                        any_long: torch.Tensor) -> tuple:
     """The kernels' shared-prefix arguments: (k, v, slots, P, slot/head/position strides); without a
@@ -335,7 +342,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             _prefix_group_kernel[(h, first, step)](
                 q, shared[0], shared[1], groups, m, l, acc, hd ** -0.5 * math.log2(math.e), *shared[4:], groups_max,
                 H=h, HD=hd, SPLITS=splits, G=GROUP_ROWS, BLOCK=block, STEP=step,
-                num_warps=4)
+                PRECISION=dot_precision(q.dtype), num_warps=4)
     _attn_chunk_kernel[(b * h, splits - first)](q, k_cache, v_cache, positions, m, l, acc,
                                                 k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), attn_len,
                                                 hd ** -0.5 * math.log2(math.e), *shared,

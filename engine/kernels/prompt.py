@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from engine.kernels.decode import shared_prefix_args, triton
+from engine.kernels.decode import dot_precision, shared_prefix_args, triton
 
 BLOCK_N = 64   # keys per inner iteration
 
@@ -31,7 +31,7 @@ if triton is not None:
                             stride_row, stride_head, stride_pos,
                             pk_ptr, pv_ptr, slot_ptr, prefix_len, pstride_slot, pstride_head, pstride_pos,
                             H: tl.constexpr, HD: tl.constexpr, L: tl.constexpr, BLOCK: tl.constexpr,
-                            SHARED: tl.constexpr):
+                            SHARED: tl.constexpr, PRECISION: tl.constexpr):
         bh = tl.program_id(0)
         b = bh // H
         h = bh % H
@@ -59,13 +59,13 @@ if triton is not None:
             else:
                 k = tl.load(k_ptr + offs, mask=inside[:, None], other=0.0)
                 v = tl.load(v_ptr + offs, mask=inside[:, None], other=0.0)
-            s = tl.dot(q, tl.trans(k)).to(tl.float32) * qk_scale  # [L, BLOCK], log2 domain
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(tl.float32) * qk_scale  # [L, BLOCK], log2 domain
             visible = inside[None, :] & (n[None, :] <= pos[:, None])
             s = tl.where(visible, s, float("-inf"))
             m_new = tl.maximum(m, tl.max(s, 1))  # key 0 is in the first block: finite from then on
             p = tl.exp2(s - m_new[:, None])
             alpha = tl.exp2(m - m_new)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION).to(tl.float32)
             l = l * alpha + tl.sum(p, 1)
             m = m_new
         out = acc / l[:, None]
@@ -89,5 +89,6 @@ def prompt_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     _prompt_attn_kernel[(b * h,)](q, k_cache, v_cache, rows, pos.contiguous(), out, end,
                                   hd ** -0.5 * math.log2(math.e), k_cache.stride(0), k_cache.stride(1),
                                   k_cache.stride(2), *shared_prefix_args(prefix, k_cache, rows),
-                                  H=h, HD=hd, L=n, BLOCK=block, SHARED=prefix is not None, num_warps=4)
+                                  H=h, HD=hd, L=n, BLOCK=block, SHARED=prefix is not None,
+                                  PRECISION=dot_precision(q.dtype), num_warps=4)
     return out.view(b, n, h * hd)

@@ -5,12 +5,17 @@
 
 For every sample image (default assets/samples), skill (point, detect) and object, the request
 runs through `engine.model.reference.reference_generate` (one request at a time, PyTorch decode
-path) and through the pipelined engine (all requests submitted together, so they are batched);
-the outputs must be identical. Separately, each request runs alone through the engine in blocking
+path) and through the pipelined engine (all requests submitted together, so they are batched).
+In fp32 the objects must be identical (coordinates exactly; scores, rounded to 4 decimals, within
+0.001). In bf16/fp16 the two decoders round differently (the fused kernels and batched GEMMs sum in
+another order), so a near-tie between two coordinate bins can go either way: there the outputs must
+agree — the same number of objects, every coordinate within 0.01 of the image side and every score
+within 0.05 (`--coord-tol`, `--score-tol`) — and the line says "identical" or "agrees" with the
+largest differences. Separately, each request runs alone through the engine in blocking
 mode, and its logits at the first `--steps` "another object?" decisions are compared with the
 reference's: the largest absolute difference is printed (0 on the CPU in fp32; bf16 on a GPU with
-the fused kernels differs by rounding). Exit status 0 when every output is identical, 1 when one
-differs, 2 when the model cannot be loaded.
+the fused kernels differs by rounding). Exit status 0 when every output is identical or agrees,
+1 when one differs, 2 when the model cannot be loaded.
 """
 
 from __future__ import annotations
@@ -45,9 +50,26 @@ class Case:
     logit_diff: float | None = None
     decisions: int = 0
 
-    @property
-    def identical(self) -> bool:
-        return self.reference == self.engine
+    coord_diff: float = 0.0
+    score_diff: float = 0.0
+    verdict: str = ""
+
+
+TOLERANCES = {"fp32": (0.0, 1e-3)}   # (coordinate, score); other dtypes: REDUCED
+REDUCED = (0.01, 0.05)
+
+
+def compare(reference: dict, engine: dict, coord_tol: float, score_tol: float) -> tuple[str, float, float]:
+    """"identical", "agrees" or "DIFFERENT", with the largest |Δcoordinate| and |Δscore| over the
+    objects (in order; both results of one skill). Different counts are DIFFERENT (Δ = inf)."""
+    ref, got = next(iter(reference.values())), next(iter(engine.values()))
+    if len(ref) != len(got):
+        return "DIFFERENT", float("inf"), float("inf")
+    dc = max((abs(a[k] - b[k]) for a, b in zip(ref, got) for k in a if k != "score"), default=0.0)
+    ds = max((abs(a.get("score", 0.0) - b.get("score", 0.0)) for a, b in zip(ref, got)), default=0.0)
+    if dc == 0.0 and ds == 0.0:
+        return "identical", dc, ds
+    return ("agrees" if dc <= coord_tol and ds <= score_tol else "DIFFERENT"), dc, ds
 
 
 def engine_decision_logits(engine: Engine, picture, case: Case, max_objects: int, steps: int) -> list[torch.Tensor]:
@@ -100,19 +122,25 @@ def run(args: argparse.Namespace) -> int:
         case.decisions = len(pairs)
         case.logit_diff = max((float((a - b).abs().max()) for a, b in pairs), default=0.0)
 
+    coord_tol, score_tol = TOLERANCES.get(info.dtype, REDUCED)
+    coord_tol = coord_tol if args.coord_tol is None else args.coord_tol
+    score_tol = score_tol if args.score_tol is None else args.score_tol
     width = max(len(c.image.name) for c in cases)
     for c in cases:
+        c.verdict, c.coord_diff, c.score_diff = compare(c.reference, c.engine, coord_tol, score_tol)
         n_ref = len(next(iter(c.reference.values())))
         n_eng = len(next(iter(c.engine.values())))
+        detail = f"  max|Δcoord| {c.coord_diff:.3g} max|Δscore| {c.score_diff:.3g}" if c.verdict != "identical" else ""
         print(f"{c.image.name:<{width}}  {c.skill:<6} {c.obj!r:<14} reference {n_ref:>2}  pipelined {n_eng:>2}  "
-              f"{'identical' if c.identical else 'DIFFERENT'}  max|Δlogit| {c.logit_diff:.3g} "
-              f"({c.decisions} decisions)")
-    same = sum(c.identical for c in cases)
+              f"{c.verdict}  max|Δlogit| {c.logit_diff:.3g} ({c.decisions} decisions){detail}")
+    same = sum(c.verdict == "identical" for c in cases)
+    close = sum(c.verdict == "agrees" for c in cases)
     worst = max(c.logit_diff for c in cases)
-    verdict = "PASS" if same == len(cases) else "FAIL"
-    print(f"{verdict}: {same}/{len(cases)} outputs identical (reference decoder vs pipelined engine); "
-          f"max |logit difference| over the first {args.steps} decisions: {worst:.3g}")
-    return 0 if same == len(cases) else 1
+    ok = same + close == len(cases)
+    agreed = f", {close} more agree (|Δcoord| ≤ {coord_tol:g}, |Δscore| ≤ {score_tol:g}, {info.dtype})" if close else ""
+    print(f"{'PASS' if ok else 'FAIL'}: {same}/{len(cases)} outputs identical{agreed} (reference decoder vs pipelined "
+          f"engine); max |logit difference| over the first {args.steps} decisions: {worst:.3g}")
+    return 0 if ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,7 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--objects", default="hexagon,circle", help="comma-separated objects (default 'hexagon,circle')")
     p.add_argument("--max-objects", type=int, default=10, metavar="N", help="most objects per request (default 10)")
     p.add_argument("--steps", type=int, default=8, metavar="N", help="decisions whose logits are compared (default 8)")
+    p.add_argument("--coord-tol", type=float, default=None, metavar="T",
+                   help="largest coordinate difference (fraction of the image side) that still agrees "
+                        "(default 0 in fp32, 0.01 in bf16/fp16)")
+    p.add_argument("--score-tol", type=float, default=None, metavar="T",
+                   help="largest score difference that still agrees (default 0.001 in fp32, 0.05 in bf16/fp16)")
     args = p.parse_args(argv)
+    if (args.coord_tol is not None and args.coord_tol < 0) or (args.score_tol is not None and args.score_tol < 0):
+        p.error("--coord-tol and --score-tol must be 0 or more")
     if not 1 <= args.max_objects <= 200 or args.steps < 1:
         p.error("--max-objects must be 1-200 and --steps at least 1")
     try:
