@@ -1,0 +1,48 @@
+"""`python -m engine.profile`: its arithmetic and its refusal without a GPU (the profile itself needs CUDA)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.model.config import PRESETS
+from engine.tools import profile
+
+
+def test_kernel_names_fall_into_their_categories():
+    assert profile.category("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_bias_TNT") == "matrix multiply (cuBLAS / CUTLASS)"
+    assert profile.category("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<96>>") \
+        == "attention (SDPA flash / efficient)"
+    assert profile.category("_attn_chunk_kernel") == profile.category("_prefix_group_kernel") \
+        == "attention (Triton decode/prompt)"
+    assert profile.category("vectorized_layer_norm_kernel<c10::BFloat16>") == "layer norm"
+    assert profile.category("GeluCUDAKernelImpl") == "GELU"
+    assert profile.category("something_else") == "other elementwise"
+
+
+def test_prefill_flops_grow_by_one_crop_at_a_time():
+    cfg = PRESETS["moondream2"]
+    v = cfg.vision
+    patches = (v.crop_size // v.patch_size) ** 2
+    per_crop = profile.prefill_flops(cfg, 2) - profile.prefill_flops(cfg, 1)
+    assert profile.prefill_flops(cfg, 9) - profile.prefill_flops(cfg, 8) == pytest.approx(per_crop)
+    # one crop's vision matrices: at least 2 FLOPs per weight per patch
+    weights = v.n_layers * (4 * v.dim * v.dim + 2 * v.dim * v.ff_dim)
+    assert per_crop > 2 * weights * patches
+    assert 7e12 < profile.prefill_flops(cfg, 9) < 9e12   # Moondream 2, a 640×480 image (9 crops)
+
+
+def test_decode_bytes_count_the_weights_once_and_the_kv_per_row():
+    from engine.tools.bench import build_model
+
+    model = build_model("tiny", "cpu", "fp32", 0)
+    t = model.config.text
+    one, two = profile.decode_bytes(model, 1, 100), profile.decode_bytes(model, 2, 100)
+    assert two - one == 100 * t.n_layers * 2 * t.dim * 4
+
+
+def test_without_a_gpu_it_says_so(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as e:
+        profile.main([])
+    assert "needs a CUDA GPU" in str(e.value)
