@@ -378,3 +378,24 @@ def test_parse_query_rejects_unknown():
 
 # ------------------------------------------------------------------ speed
 
+
+
+def test_hard_negatives_are_near_misses_and_leave_the_default_stream_alone():
+    present = {("red", "circle"), ("blue", "square")}
+    assert scenes.near_miss("green circle", present) and scenes.near_miss("red star", present)
+    assert not scenes.near_miss("green star", present)
+    assert scenes.near_miss("diamond", present) and scenes.near_miss("hexagon", present)
+    assert not scenes.near_miss("cross", present) and not scenes.near_miss("green", present)
+    near = plain = 0
+    for seed in range(60):
+        scene = make_scene(np.random.default_rng(seed), min_objects=1, max_objects=6, size_range=(96, 160))
+        taken = {(o.colour, o.shape) for o in scene.objects}
+        # hard_rate 0 draws nothing more: the same query as before the option existed
+        a, b = np.random.default_rng([seed, 1]), np.random.default_rng([seed, 1])
+        assert make_query(a, scene, empty_rate=1.0) == make_query(b, scene, empty_rate=1.0, hard_rate=0.0)
+        assert a.random() == b.random()
+        q = make_query(np.random.default_rng([seed, 2]), scene, empty_rate=1.0, hard_rate=1.0)
+        assert not q.matches and not _independent_matches(q.text, scene.objects)
+        near += scenes.near_miss(q.text, taken)
+        plain += scenes.near_miss(make_query(np.random.default_rng([seed, 2]), scene, empty_rate=1.0).text, taken)
+    assert near > plain and near >= 50, (near, plain)

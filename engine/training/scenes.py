@@ -547,9 +547,32 @@ def _text(form: str, colour: str, shape: str) -> str:
     return shape if form == "shape" else colour if form == "colour" else f"{colour} {shape}"
 
 
-def make_query(rng: np.random.Generator, scene: Scene, *, empty_rate: float = 0.15) -> Query:
+# Shapes a small or tilted one is taken for (the evaluation's wrong answers to absent shape queries):
+# an absent shape "near" a present one is a hard negative.
+NEAR_SHAPES: dict[str, tuple[str, ...]] = {
+    "square": ("diamond",), "diamond": ("square", "triangle", "star"), "triangle": ("diamond", "star"),
+    "star": ("cross", "triangle", "diamond"), "cross": ("star",), "hexagon": ("circle",), "circle": ("hexagon",),
+}
+
+
+def near_miss(text: str, present: set[tuple[str, str]]) -> bool:
+    """Does an absent query `text` name something close to what the scene shows: a present shape
+    in another colour, a present colour on another shape, or a shape that a present one resembles?"""
+    words = text.split()
+    colours = {c for c, _ in present}
+    shapes = {s for _, s in present}
+    if len(words) == 2:
+        return words[0] in colours or words[1] in shapes
+    if words[0] in SHAPES:
+        return any(words[0] in NEAR_SHAPES.get(s, ()) for s in shapes)
+    return False
+
+
+def make_query(rng: np.random.Generator, scene: Scene, *, empty_rate: float = 0.15, hard_rate: float = 0.0) -> Query:
     """A query for `scene`: with probability `empty_rate` (always, for a scene with no
-    objects) one that matches nothing, otherwise one naming a random object of the scene."""
+    objects) one that matches nothing, otherwise one naming a random object of the scene.
+    `hard_rate`: the share of the empty queries drawn among near misses (`near_miss`) where the
+    scene allows one; 0 draws no extra random number, so the stream is unchanged."""
     form = _FORMS[int(rng.choice(len(_FORMS), p=_FORM_P))]
     named = [o for o in scene.objects if o.colour in COLOURS or o.shape in SHAPES]
     if named and rng.random() >= empty_rate:
@@ -561,12 +584,15 @@ def make_query(rng: np.random.Generator, scene: Scene, *, empty_rate: float = 0.
         text = _text(form, obj.colour, obj.shape)
     else:
         present = {(o.colour, o.shape) for o in scene.objects}
+        hard = hard_rate > 0 and rng.random() < hard_rate
         candidates = []
         for f in (form,) + tuple(x for x in _FORMS if x != form):
             candidates = [_text(f, c, s) for c in COLOURS for s in SHAPES] if f == "colour shape" else \
                 list(SHAPES) if f == "shape" else list(COLOURS)
             taken = {_text(f, c, s) for c, s in present}
             candidates = [t for t in candidates if t not in taken]
+            if hard:
+                candidates = [t for t in candidates if near_miss(t, present)] or candidates
             if candidates:
                 break
         text = candidates[int(rng.integers(len(candidates)))]

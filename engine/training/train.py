@@ -152,6 +152,7 @@ RECIPE: dict[str, Any] = {
     "feature_std": 10.0,     # Fourier feature matrices (coord_features, size_features)
     "scene": OWN_SCENES,     # make_scene arguments: up to 25 objects, distractors, crowds, photo effects
     "empty_rate": 0.2,       # share of queries that match nothing
+    "hard_rate": 0.0,        # share of those drawn among near misses (scenes.near_miss); 0: none
     "qa_frac": 0.0,          # share of sequences that are questions / captions (engine.training.qa); 0: none
     "minutes": None,         # wall-time budget (None: until `steps`)
     "calibrate_s": 60.0,     # the rate is read over its second half (after 30 s the data workers' queues are full)
@@ -245,7 +246,7 @@ def query_sequence(prompt: list[int], skill: str, matches, config: MoondreamConf
 
 def make_batch(config: MoondreamConfig, prompts: dict, seed: int, index: int, *, batch: int, queries: int,
                point_frac: float = 0.5, scene_kw: dict | None = None, empty_rate: float = 0.15,
-               qa_frac: float = 0.0, tokenizer=None) -> dict[str, np.ndarray]:
+               hard_rate: float = 0.0, qa_frac: float = 0.0, tokenizer=None) -> dict[str, np.ndarray]:
     """Batch `index` of the stream `seed`: `batch` scenes, `queries` sequences each, collated.
 
     With `qa_frac` > 0 each sequence is, with that probability, a question or caption about the
@@ -273,7 +274,7 @@ def make_batch(config: MoondreamConfig, prompts: dict, seed: int, index: int, *,
                 img.append(b)
                 continue
             for _attempt in range(4):   # prefer distinct (skill, text) pairs within an image
-                query = make_query(rng, scene, empty_rate=empty_rate)
+                query = make_query(rng, scene, empty_rate=empty_rate, hard_rate=hard_rate)
                 skill = "point" if rng.random() < point_frac else "detect"
                 if (skill, query.text) not in seen:
                     break
@@ -869,6 +870,9 @@ def _train_ranks(out: str | Path, ranks: Ranks, *, preset: str | None, config: M
     unknown = set(overrides) - set(RECIPE)
     if unknown:
         raise ValueError(f"unknown recipe keys: {', '.join(sorted(unknown))}")
+    for key in ("empty_rate", "hard_rate", "qa_frac"):
+        if not 0.0 <= recipe[key] <= 1.0:
+            raise ValueError(f"{key} must be between 0 and 1, got {recipe[key]}")
     preset = recipe["preset"] = preset or recipe["preset"]
     config = config or PRESETS[preset]
     if workers is None:
@@ -918,7 +922,8 @@ def _train_ranks(out: str | Path, ranks: Ranks, *, preset: str | None, config: M
             find_unused_parameters=find_unused)
 
     data_kw = dict(batch=recipe["batch"], queries=recipe["queries"], point_frac=recipe["point_frac"],
-                   scene_kw=recipe["scene"], empty_rate=recipe["empty_rate"], qa_frac=recipe["qa_frac"],
+                   scene_kw=recipe["scene"], empty_rate=recipe["empty_rate"],
+                   hard_rate=recipe["hard_rate"], qa_frac=recipe["qa_frac"],
                    tokenizer=tokenizer if recipe["qa_frac"] else None)
     stream = batch_stream(config, prompts, seed, start=0, workers=workers, pin=dev.type == "cuda", fixed=fixed_batch,
                           rank=ranks.rank, world=ranks.world, **data_kw)
@@ -1181,6 +1186,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, help="data worker processes per rank (default on cuda: "
                                                "min(14, (cores - 2) // ranks); on cpu 0)")
     p.add_argument("--init", help="start from this checkpoint directory instead of random weights")
+    p.add_argument("--empty-rate", dest="empty_rate", type=float,
+                   help=f"share of point/detect queries that match nothing (0-1); default {RECIPE['empty_rate']}")
+    p.add_argument("--hard-negatives", dest="hard_rate", type=float,
+                   help="share of those drawn among near misses: a present shape in another colour, a present "
+                        f"colour on another shape, a look-alike shape (0-1); default {RECIPE['hard_rate']}")
     p.add_argument("--qa-frac", dest="qa_frac", type=float,
                    help=f"share of sequences that are questions / captions (0-1); default {RECIPE['qa_frac']}")
     p.add_argument("--fixed-batch", action="store_true", help="train on batch 0 every step (overfitting check)")
@@ -1190,8 +1200,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size-sigma", dest="size_sigma", type=float, nargs=2, metavar=("FROM", "TO"),
                    help=f"size label smoothing σ in bins; default {RECIPE['size_sigma']}")
     a = p.parse_args(argv)
+    for flag, value in (("--empty-rate", a.empty_rate), ("--hard-negatives", a.hard_rate), ("--qa-frac", a.qa_frac)):
+        if value is not None and not 0.0 <= value <= 1.0:
+            p.error(f"{flag} must be between 0 and 1, got {value}")
     overrides = {k: getattr(a, k) for k in ("steps", "batch", "queries", "reuse", "lr", "warmup", "seed", "minutes",
-                                            "save_every", "log_every", "heldout", "coord_sigma", "size_sigma", "qa_frac")}
+                                            "save_every", "log_every", "heldout", "coord_sigma", "size_sigma", "qa_frac",
+                                            "empty_rate", "hard_rate")}
     if overrides["minutes"] == 0:
         overrides["minutes"] = None
     train(a.out, preset=a.preset, device=a.device, workers=a.workers, init=a.init, fixed_batch=a.fixed_batch, **overrides)
