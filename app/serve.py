@@ -45,10 +45,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from app.common import one_line
+from app.common import one_line, warm_up
 from app.serve_images import BadImageURL, ImageCache
 from app.serve_process import EngineGone, EngineProcess, ImageRefs
 from engine.model.pretrained import add_model_arguments
+from engine.serving.timing import PHASES as STEP_VERBS
 from engine import (DEFAULT_MAX_OBJECTS, Cancelled, Choices, DeadlineExceeded, Engine, EngineBusy, ImageError,
                     JsonSchema, Regex, RequestError)
 
@@ -108,6 +109,18 @@ class Metrics:
               registry=self.registry).set_function(lambda: engine.decode_steps)
         Gauge("mdpipe_prefill_steps", "steps that prefilled admitted requests since start (mixed steps included)",
               registry=self.registry).set_function(lambda: engine.prefill_steps)
+        clock = getattr(engine, "step_clock", None)
+        if clock is not None:  # an engine in this process (not --engine-process): its thread's time per verb
+            Gauge("mdpipe_engine_ticks", "engine loop ticks since start",
+                  registry=self.registry).set_function(lambda: engine.steps)
+            Gauge("mdpipe_engine_decode_rows", "rows computed by decode forwards since start (batch buckets, summed)",
+                  registry=self.registry).set_function(lambda: engine.decode_rows)
+            verbs = Gauge("mdpipe_engine_verb_seconds", "the engine thread's seconds per verb since start, wall and "
+                          "its own CPU (wall beyond CPU: waiting for the device or the interpreter lock)",
+                          ["verb", "clock"], registry=self.registry)
+            for verb in STEP_VERBS:
+                for i, kind in enumerate(("wall", "cpu")):
+                    verbs.labels(verb, kind).set_function(lambda verb=verb, i=i: clock.snapshot()[verb][i])
         self.phases = Counter("mdpipe_request_phase_seconds",
                               "seconds of detect/point requests by phase: body (receive and parse), submit (image, "
                               "grammar, queueing), wait (until the result reached the event loop; 'wake' is its part "
@@ -503,6 +516,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"warning: {fast} is not installed: uvicorn falls back to {slow} (slower); pip install {fast}",
                   file=sys.stderr)
     if not args.engine_process:
+        warm_up(engine)
         engine.start()
     try:
         uvicorn.run(build_app(engine, api_key=api_key, limits=limits), host=args.host, port=args.port,

@@ -37,7 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
-from app.common import one_line
+from app.common import one_line, warm_up
 from app.serve_images import ImageCache, data_url_payload, decode_payload, payload_digest
 from engine import Cancelled, DeadlineExceeded, EngineBusy, ImageError, RequestError
 
@@ -385,6 +385,8 @@ def child_main(conn, options: dict) -> None:
         conn.send(("load_error", f"cannot load the model: {one_line(e)}"))
         conn.close()
         return
+    if factory is None:
+        warm_up(engine)   # the graphs, before the server says it is ready
     conn.send(("ready", startup_line(engine) if factory is None else factory.__name__))
     EngineChild(conn, engine, cache_bytes).run()
     conn.close()

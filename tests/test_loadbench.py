@@ -129,7 +129,11 @@ def test_loadbench_drives_the_http_server(tmp_path):
     assert all(r["req_per_s"] > 0 and r["decode_steps_per_s"] > 0 and r["first_object_mean_ms"] is None
                for r in report["rows"])
     assert [r["prefill_steps_per_request"] for r in report["rows"] if r["c"] == 1] == [1.0, 1.0]  # read from /metrics
-    assert not any("engine_ms_per_tick" in r for r in report["rows"])  # the server's engine thread is not ours to time
+    for r in report["rows"]:  # the server's engine thread, timed by the server and read from its /metrics
+        verbs = r["engine_ms_per_tick"]
+        assert set(verbs) == {"launch", "results", "commit", "finalize"} and r["ticks_per_s"] > 0
+        assert all(0 <= cpu and 0 <= wall for wall, cpu in verbs.values())
+        assert sum(wall for wall, _ in verbs.values()) <= r["tick_ms"] + 1e-6 and r["decode_batch_mean"] >= 1
     for r in report["rows"]:  # the server's phases per request (its /metrics), within the client's latency
         phases = r["server_ms_per_request"]
         assert set(phases) == {"body", "submit", "wait", "wake", "reply"} and all(v >= 0 for v in phases.values())

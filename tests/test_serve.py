@@ -196,6 +196,20 @@ def test_health_and_metrics(served, scene):
         assert series in text, series
 
 
+def test_metrics_time_the_engine_thread(served, scene):
+    """An engine in the server's process: its loop's ticks and its thread's seconds per verb."""
+    code, _ = post(served.url + "/detect", {"image_url": data_url(scene[0]), "object": "circle"}, {"X-Moondream-Auth": KEY})
+    assert code == 200
+    with urllib.request.urlopen(served.url.removesuffix("/v1") + "/metrics", timeout=30) as r:
+        values = {name: float(value) for name, _, value in (line.partition(" ") for line in r.read().decode().splitlines())
+                  if name.startswith("mdpipe_engine")}
+    assert values["mdpipe_engine_ticks"] >= 1 and values["mdpipe_engine_decode_rows"] >= 1
+    for verb in ("launch", "results", "commit", "finalize"):
+        wall = values[f'mdpipe_engine_verb_seconds{{clock="wall",verb="{verb}"}}']
+        cpu = values[f'mdpipe_engine_verb_seconds{{clock="cpu",verb="{verb}"}}']
+        assert wall > 0 and cpu >= 0, (verb, wall, cpu)
+
+
 def test_arguments_are_checked(capsys):
     assert parse_args([]).host == "127.0.0.1" and parse_args([]).port == 2020
     assert parse_args(["--image-cache-mb", "0"]).image_cache_mb == 0
@@ -276,3 +290,16 @@ def test_chat_completions_from_the_client(served, scene):
     assert "".join(model.chat(messages, stream=True, settings={"max_tokens": 10})["message"]) == want
     code, body = post(served.url + "/chat/completions", {"messages": []}, {"Authorization": f"Bearer {KEY}"})
     assert code == 400 and "messages" in body["error"]
+
+
+def test_warm_up_comes_before_start_and_is_nothing_on_the_cpu():
+    from app.common import open_engine
+
+    engine = open_engine(None, max_batch=2)
+    try:
+        assert engine.warm_up() == 0           # the CPU path captures no graphs
+        engine.start()
+        with pytest.raises(RuntimeError, match="before start"):
+            engine.warm_up()
+    finally:
+        engine.close()

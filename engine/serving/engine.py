@@ -50,8 +50,8 @@ from engine.serving.config import EngineConfig
 from engine.serving.crops import CropService, decode_image
 from engine.serving.errors import Cancelled, DeadlineExceeded, EngineBusy, RequestError
 from engine.serving.answers import AnswerFormat, JsonSchema, TextBuilder, answer_grammar, as_answer_format, one_line
-from engine.serving.limits import (DEFAULT_MAX_OBJECTS, DEFAULT_MAX_TOKENS, MAX_GRAMMAR_CELLS, TEXT_SKILLS,
-                                   answer_budget, kv_positions, max_answer_tokens)
+from engine.serving.limits import (DEFAULT_MAX_OBJECTS, DEFAULT_MAX_TOKENS, MAX_GRAMMAR_CELLS, MAX_OBJECT_TOKENS,
+                                   TEXT_SKILLS, answer_budget, kv_positions, max_answer_tokens)
 from engine.serving.prefixes import PrefixSlots
 from engine.serving.scheduler import Scheduler
 from engine.serving.sequence import Sequence
@@ -294,6 +294,22 @@ class Engine:
     def run_until_idle(self) -> None:
         while self.step():
             pass
+
+    def warm_up(self, max_objects: int = DEFAULT_MAX_OBJECTS) -> int:
+        """Capture now every CUDA graph that a point/detect request of up to `max_objects` objects
+        (and the longest object text) can use: decode and sampling at every batch bucket and KV
+        length up to its last position, and the prompt prefills. Otherwise each new shape is
+        captured when a step first needs it, inside the serving loop, which then stalls. Call it
+        before `start`. Returns the number of graphs held (0 where no graphs are used: the CPU)."""
+        if self._thread is not None:
+            raise RuntimeError("warm_up() must come before start()")
+        capture = getattr(self.runner, "capture_all", None)   # test runners have no graphs
+        if capture is None:
+            return 0
+        t = self.model_config.tokens
+        longest = len(t.detect_prefix) + MAX_OBJECT_TOKENS + len(t.prompt_suffix)
+        limit = min(max_objects, self.config.max_objects)
+        return capture(kv_positions(self.model_config.prefix_len, longest, "detect", limit))
 
     def start(self) -> Engine:
         """Serve from a background thread (for the UI and concurrent callers)."""

@@ -26,6 +26,7 @@ import http.client
 import io
 import json
 import platform
+import re
 import threading
 import time
 import urllib.parse
@@ -185,6 +186,21 @@ class HttpTarget:
             raise RuntimeError(f"{self.url.removesuffix('/v1')}/metrics has no mdpipe_decode_steps / "
                                "mdpipe_prefill_steps: is this python -m app.serve?") from None
 
+    def engine_times(self) -> tuple[int, dict[str, tuple[float, float]], int] | None:
+        """As `EngineTarget.engine_times`, read from the server's /metrics (mdpipe_engine_*), or None
+        when the server does not time its engine (`--engine-process`: the loop is in another process)."""
+        values = self.metrics()
+        if "mdpipe_engine_ticks" not in values:
+            return None
+        spans: dict[str, list[float]] = {}
+        for name, value in values.items():
+            m = re.fullmatch(r'mdpipe_engine_verb_seconds\{(.*)\}', name)
+            if m:
+                labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+                spans.setdefault(labels["verb"], [0.0, 0.0])[labels["clock"] == "cpu"] = value
+        return (int(values["mdpipe_engine_ticks"]), {k: (w, c) for k, (w, c) in spans.items()},
+                int(values["mdpipe_engine_decode_rows"]))
+
     def server_times(self) -> dict[str, float]:
         """{phase: seconds so far} of the server's detect/point requests (app.serve's
         mdpipe_request_phase_seconds): body, submit, wait (its part after the engine finished: wake), reply."""
@@ -300,8 +316,9 @@ def server_phases(raw: dict, n: int, latency_ms: float) -> dict:
 
 
 def engine_thread(raw: dict) -> dict:
-    """The in-process engine thread's milliseconds per tick: per verb, wall and CPU; `outside` is the
-    rest of the tick's period (the loop waiting for work, and what surrounds the verbs)."""
+    """The engine thread's milliseconds per tick (in-process, or the server's read from its /metrics):
+    per verb, wall and CPU; `outside` is the rest of the tick's period (the loop waiting for work, and
+    what surrounds the verbs)."""
     if not raw.get("ticks"):
         return {}
     ticks = raw["ticks"]
