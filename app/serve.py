@@ -113,6 +113,8 @@ class Metrics:
         if clock is not None:  # an engine in this process (not --engine-process): its thread's time per verb
             Gauge("mdpipe_engine_ticks", "engine loop ticks since start",
                   registry=self.registry).set_function(lambda: engine.steps)
+            Gauge("mdpipe_cuda_graphs", "CUDA graphs the engine holds (one that grows under load: captures in the "
+                  "serving loop)", registry=self.registry).set_function(lambda: engine.graphs_held)
             Gauge("mdpipe_engine_decode_rows", "rows computed by decode forwards since start (batch buckets, summed)",
                   registry=self.registry).set_function(lambda: engine.decode_rows)
             verbs = Gauge("mdpipe_engine_verb_seconds", "the engine thread's seconds per verb since start, wall and "

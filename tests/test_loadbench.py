@@ -134,6 +134,7 @@ def test_loadbench_drives_the_http_server(tmp_path):
         assert set(verbs) == {"launch", "results", "commit", "finalize"} and r["ticks_per_s"] > 0
         assert all(0 <= cpu and 0 <= wall for wall, cpu in verbs.values())
         assert sum(wall for wall, _ in verbs.values()) <= r["tick_ms"] + 1e-6 and r["decode_batch_mean"] >= 1
+        assert r["graphs_captured"] == 0  # the CPU engine holds no CUDA graphs (read from mdpipe_cuda_graphs)
     for r in report["rows"]:  # the server's phases per request (its /metrics), within the client's latency
         phases = r["server_ms_per_request"]
         assert set(phases) == {"body", "submit", "wait", "wake", "reply"} and all(v >= 0 for v in phases.values())

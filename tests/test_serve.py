@@ -202,8 +202,9 @@ def test_metrics_time_the_engine_thread(served, scene):
     assert code == 200
     with urllib.request.urlopen(served.url.removesuffix("/v1") + "/metrics", timeout=30) as r:
         values = {name: float(value) for name, _, value in (line.partition(" ") for line in r.read().decode().splitlines())
-                  if name.startswith("mdpipe_engine")}
+                  if name.startswith("mdpipe_")}
     assert values["mdpipe_engine_ticks"] >= 1 and values["mdpipe_engine_decode_rows"] >= 1
+    assert values["mdpipe_cuda_graphs"] == 0   # the CPU path holds no graphs
     for verb in ("launch", "results", "commit", "finalize"):
         wall = values[f'mdpipe_engine_verb_seconds{{clock="wall",verb="{verb}"}}']
         cpu = values[f'mdpipe_engine_verb_seconds{{clock="cpu",verb="{verb}"}}']

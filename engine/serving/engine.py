@@ -295,6 +295,11 @@ class Engine:
         while self.step():
             pass
 
+    @property
+    def graphs_held(self) -> int:
+        """CUDA graphs the runner holds: captured by `warm_up`, or in a step that first needed one."""
+        return len(getattr(self.runner, "graphs", ()))
+
     def warm_up(self, max_objects: int = DEFAULT_MAX_OBJECTS) -> int:
         """Capture now every CUDA graph that a point/detect request of up to `max_objects` objects
         (and the longest object text) can use: decode and sampling at every batch bucket and KV

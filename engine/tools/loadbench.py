@@ -92,6 +92,10 @@ class EngineTarget:
         """(decode steps, prefill steps) so far."""
         return self.engine.decode_steps, self.engine.prefill_steps
 
+    def graphs(self) -> int:
+        """CUDA graphs the engine holds (a row that adds some captured them while it was timed)."""
+        return self.engine.graphs_held
+
     def thread_id(self) -> int | None:
         """The engine's serving thread (for `StackSampler`)."""
         return self.engine.thread_id
@@ -201,6 +205,11 @@ class HttpTarget:
         return (int(values["mdpipe_engine_ticks"]), {k: (w, c) for k, (w, c) in spans.items()},
                 int(values["mdpipe_engine_decode_rows"]))
 
+    def graphs(self) -> int | None:
+        """CUDA graphs the server's engine holds (mdpipe_cuda_graphs), or None (`--engine-process`)."""
+        value = self.metrics().get("mdpipe_cuda_graphs")
+        return None if value is None else int(value)
+
     def server_times(self) -> dict[str, float]:
         """{phase: seconds so far} of the server's detect/point requests (app.serve's
         mdpipe_request_phase_seconds): body, submit, wait (its part after the engine finished: wake), reply."""
@@ -242,7 +251,8 @@ def run_wave(target, images: ImageSource, task: str, clients: int, per_client: i
     sampler = StackSampler(thread_id) if stacks and thread_id is not None else contextlib.nullcontext()
     # the engine's clocks are read inside the timed window, so that its verbs' time in the window
     # never exceeds the window's
-    steps0, served0 = target.steps(), served() if served else None
+    held = getattr(target, "graphs", lambda: None)
+    steps0, served0, graphs0 = target.steps(), served() if served else None, held()
     start = time.perf_counter()
     times0 = timed() if timed else None
     with sampler:
@@ -252,11 +262,13 @@ def run_wave(target, images: ImageSource, task: str, clients: int, per_client: i
             t.join()
     times = timed() if timed else None
     wall = time.perf_counter() - start
-    steps, served1 = target.steps(), served() if served else None
+    steps, served1, graphs1 = target.steps(), served() if served else None, held()
     if errors:
         raise errors[0]
     raw = {"latencies": latencies, "first_object": first_object, "wall": wall,
            "decode_steps": steps[0] - steps0[0], "prefill_steps": steps[1] - steps0[1]}
+    if graphs0 is not None and graphs1 is not None:
+        raw["graphs_captured"] = graphs1 - graphs0
     if served1:
         raw["server_s"] = {k: v - served0.get(k, 0.0) for k, v in served1.items()}
     if isinstance(sampler, StackSampler):
@@ -326,7 +338,8 @@ def engine_thread(raw: dict) -> dict:
     period = raw["wall"] / ticks * 1e3
     return {"ticks_per_s": ticks / raw["wall"], "tick_ms": period, "engine_ms_per_tick": per,
             "outside_ms_per_tick": period - sum(w for w, _ in per.values()),
-            "decode_batch_mean": raw["decode_rows"] / raw["decode_steps"] if raw["decode_steps"] else None}
+            "decode_batch_mean": raw["decode_rows"] / raw["decode_steps"] if raw["decode_steps"] else None,
+            "graphs_captured": raw.get("graphs_captured")}
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -447,13 +460,14 @@ def main(argv: list[str] | None = None) -> int:
         print("engine thread, ms per tick (wall/CPU; wall beyond CPU is waiting: for the device in 'results', "
               "else mostly for the interpreter lock)")
         print(f"{'task':>6} {'image':>6} {'c':>3} {'tick ms':>8} {'launch':>11} {'results':>11} {'commit':>11} "
-              f"{'finalize':>11} {'outside':>8} {'decode batch':>12}")
+              f"{'finalize':>11} {'outside':>8} {'decode batch':>12} {'graphs captured':>15}")
         for r in timed_rows:
             e = r["engine_ms_per_tick"]
             cells = " ".join(f"{e[k][0]:>5.2f}/{e[k][1]:<5.2f}" for k in ("launch", "results", "commit", "finalize"))
             batch = "n/a" if r["decode_batch_mean"] is None else format(r["decode_batch_mean"], ".1f")
+            captured = "n/a" if r["graphs_captured"] is None else str(r["graphs_captured"])
             print(f"{r['task']:>6} {r['image']:>6} {r['c']:>3} {r['tick_ms']:>8.2f} {cells} {r['outside_ms_per_tick']:>8.2f}"
-                  f" {batch:>12}")
+                  f" {batch:>12} {captured:>15}")
     for r in (r for r in rows if r.get("engine_stacks")):
         print(f"engine thread, most sampled stacks ({r['task']} {r['image']} c={r['c']}; a line in C shows as its caller):")
         for share, where in r["engine_stacks"]:
