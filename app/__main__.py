@@ -64,7 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from app.common import LOAD_ERRORS, open_engine, startup_line
+    from app.common import LOAD_ERRORS, open_engine, startup_line, warm_up
 
     try:
         engine = open_engine(args.weights, tokenizer=args.tokenizer, device=args.device, dtype=args.dtype,
@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: --host {args.host} makes the UI reachable from other machines"
               + ("" if args.auth else "; anyone who can connect can use it (add --auth USER:PASSWORD)"),
               file=sys.stderr, flush=True)
+    warm_up(engine)   # on a GPU: the CUDA graphs now, not during the first requests
     engine.start()
     try:
         demo = build_demo(engine, samples=args.samples or DEFAULT_SAMPLES, concurrency=args.concurrency,

@@ -33,8 +33,8 @@ def open_engine(weights: str | Path | None, *, tokenizer: str | None = None, dev
 
 
 def warm_up(engine: Engine) -> None:
-    """Capture the engine's CUDA graphs before the first request (`Engine.warm_up`; the HTTP server
-    does this at start), saying so on stderr. Nothing happens on the CPU."""
+    """Capture the engine's CUDA graphs before the first request (`Engine.warm_up`; the UI and the
+    HTTP server do this at start), saying so on stderr. Nothing happens on the CPU."""
     start = time.perf_counter()
     graphs = engine.warm_up()
     if graphs:
