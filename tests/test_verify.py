@@ -75,5 +75,10 @@ def test_compare_identical_agrees_and_differs():
     assert verify.compare(ref, {"objects": [{**box, "y_max": 0.42}]}, *verify.REDUCED)[0] == "DIFFERENT"
     assert verify.compare(ref, {"objects": [{**box, "score": 0.8}]}, *verify.REDUCED)[0] == "DIFFERENT"
     assert verify.compare(ref, {"objects": []}, *verify.REDUCED)[0] == "DIFFERENT"
+    # two objects whose order a rounding difference swapped still agree, pair by pair
+    other = {"x_min": 0.6, "y_min": 0.6, "x_max": 0.7, "y_max": 0.8, "score": 0.8}
+    status, dc, _ = verify.compare({"objects": [box, other]}, {"objects": [other, {**box, "x_min": 0.102}]},
+                                   *verify.REDUCED)
+    assert status == "agrees" and abs(dc - 0.002) < 1e-9
     pts = {"points": [{"x": 0.5, "y": 0.5, "score": 0.7}]}
     assert verify.compare(pts, {"points": [{"x": 0.503, "y": 0.5, "score": 0.7}]}, *verify.REDUCED)[0] == "agrees"

@@ -10,8 +10,8 @@ In fp32 the objects must be identical (coordinates exactly; scores, rounded to 4
 0.001). In bf16/fp16 the two decoders round differently (the fused kernels and batched GEMMs sum in
 another order), so a near-tie between two coordinate bins can go either way: there the outputs must
 agree — the same number of objects, every coordinate within 0.01 of the image side and every score
-within 0.05 (`--coord-tol`, `--score-tol`) — and the line says "identical" or "agrees" with the
-largest differences. Separately, each request runs alone through the engine in blocking
+within 0.05 (`--coord-tol`, `--score-tol`), each object paired with its nearest (a rounding difference
+may swap two objects' order) — and the line says "identical" or "agrees" with the largest differences. Separately, each request runs alone through the engine in blocking
 mode, and its logits at the first `--steps` "another object?" decisions are compared with the
 reference's: the largest absolute difference is printed (0 on the CPU in fp32; bf16 on a GPU with
 the fused kernels differs by rounding). Exit status 0 when every output is identical or agrees,
@@ -61,14 +61,23 @@ REDUCED = (0.01, 0.05)
 
 def compare(reference: dict, engine: dict, coord_tol: float, score_tol: float) -> tuple[str, float, float]:
     """"identical", "agrees" or "DIFFERENT", with the largest |Δcoordinate| and |Δscore| over the
-    objects (in order; both results of one skill). Different counts are DIFFERENT (Δ = inf)."""
+    objects (both results of one skill). Different counts are DIFFERENT (Δ = inf). "identical" means
+    equal in order; for "agrees" each reference object is paired with the nearest engine object not
+    yet paired (a rounding difference may swap two objects' order), and the pairs are compared."""
     ref, got = next(iter(reference.values())), next(iter(engine.values()))
     if len(ref) != len(got):
         return "DIFFERENT", float("inf"), float("inf")
-    dc = max((abs(a[k] - b[k]) for a, b in zip(ref, got) for k in a if k != "score"), default=0.0)
-    ds = max((abs(a.get("score", 0.0) - b.get("score", 0.0)) for a, b in zip(ref, got)), default=0.0)
-    if dc == 0.0 and ds == 0.0:
-        return "identical", dc, ds
+    if ref == got:
+        return "identical", 0.0, 0.0
+
+    def apart(a: dict, b: dict) -> float:
+        return max((abs(a[k] - b[k]) for k in a if k != "score"), default=0.0)
+
+    left, dc, ds = list(got), 0.0, 0.0
+    for a in ref:
+        b = min(left, key=lambda o: apart(a, o))
+        left.remove(b)
+        dc, ds = max(dc, apart(a, b)), max(ds, abs(a.get("score", 0.0) - b.get("score", 0.0)))
     return ("agrees" if dc <= coord_tol and ds <= score_tol else "DIFFERENT"), dc, ds
 
 
