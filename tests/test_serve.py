@@ -304,3 +304,22 @@ def test_warm_up_comes_before_start_and_is_nothing_on_the_cpu():
             engine.warm_up()
     finally:
         engine.close()
+
+
+def test_warm_up_captures_up_to_the_last_position_of_the_longest_request(monkeypatch):
+    from app.common import open_engine
+    from engine.serving.limits import MAX_OBJECT_TOKENS, kv_positions
+
+    engine = open_engine(None, max_batch=2)
+    asked = []
+    monkeypatch.setattr(engine.runner, "capture_all", lambda position: asked.append(position) or 7, raising=False)
+    try:
+        assert engine.warm_up(max_objects=12) == 7
+        cfg = engine.model_config
+        t = cfg.tokens
+        prompt = max(len(t.detect_prefix), len(t.point_prefix)) + MAX_OBJECT_TOKENS + len(t.prompt_suffix)
+        assert asked == [kv_positions(cfg.prefix_len, prompt, "detect", 12)]
+        # a point request of as many objects needs fewer positions than that
+        assert kv_positions(cfg.prefix_len, prompt, "point", 12) <= asked[0]
+    finally:
+        engine.close()

@@ -312,7 +312,7 @@ class Engine:
         if capture is None:
             return 0
         t = self.model_config.tokens
-        longest = len(t.detect_prefix) + MAX_OBJECT_TOKENS + len(t.prompt_suffix)
+        longest = max(len(t.detect_prefix), len(t.point_prefix)) + MAX_OBJECT_TOKENS + len(t.prompt_suffix)
         limit = min(max_objects, self.config.max_objects)
         return capture(kv_positions(self.model_config.prefix_len, longest, "detect", limit))
 
