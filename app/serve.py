@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import hmac
 import json
 import logging
@@ -49,8 +50,8 @@ from app.common import one_line, warm_up
 from app.serve_images import BadImageURL, ImageCache
 from app.serve_process import EngineGone, EngineProcess, ImageRefs
 from engine.model.pretrained import add_model_arguments
-from engine import (DEFAULT_MAX_OBJECTS, Cancelled, Choices, DeadlineExceeded, Engine, EngineBusy, ImageError,
-                    JsonSchema, Regex, RequestError)
+from engine import (DEFAULT_MAX_OBJECTS, OBJECT_SKILLS, Cancelled, Choices, DeadlineExceeded, Engine, EngineBusy,
+                    ImageError, JsonSchema, Regex, RequestError)
 
 log = logging.getLogger("app.serve")
 
@@ -109,7 +110,7 @@ class Metrics:
         Gauge("mdpipe_prefill_steps", "steps that prefilled admitted requests since start (mixed steps included)",
               registry=self.registry).set_function(lambda: engine.prefill_steps)
         clock = getattr(engine, "step_clock", None)
-        if clock is not None:  # an engine in this process (not --engine-process): its thread's time per verb
+        if clock is not None:  # the engine thread's time per verb (with --engine-process: the child's last report)
             Gauge("mdpipe_engine_ticks", "engine loop ticks since start",
                   registry=self.registry).set_function(lambda: engine.steps)
             Gauge("mdpipe_cuda_graphs", "CUDA graphs the engine holds (one that grows under load: captures in the "
@@ -193,17 +194,42 @@ def chat_question(messages: object) -> tuple[str, object]:
     return question, image
 
 
+def http_error(e: Exception, limits: ServeLimits) -> HTTPError:
+    """The answer to an engine's (or an image's) error: its status and one-line reason; anything
+    else is raised again (a 500, its traceback in the log)."""
+    if isinstance(e, HTTPError):
+        return e
+    if isinstance(e, BadImageURL):
+        return HTTPError(400, str(e))
+    if isinstance(e, (ImageError, RequestError)):
+        return HTTPError(400, one_line(e))
+    if isinstance(e, EngineBusy):
+        return HTTPError(429, one_line(e), {"Retry-After": str(limits.retry_after)})
+    if isinstance(e, EngineGone):
+        return HTTPError(503, one_line(e))
+    if isinstance(e, DeadlineExceeded):
+        return HTTPError(504, f"the request took longer than {limits.timeout:g} s and was stopped")
+    if isinstance(e, Cancelled):
+        return HTTPError(499, "the request was cancelled")
+    raise e
+
+
 class MoondreamAPI:
     """The request handlers; one instance per server, over one started engine."""
 
     def __init__(self, engine: Engine, *, api_key: str | None = None, limits: ServeLimits = ServeLimits(),
                  images=None) -> None:
         """`images` turns a request's `image_url` into what `engine.submit` takes (default: an
-        `ImageCache` of decoded images; `app.serve_process.ImageRefs` for an engine process)."""
+        `ImageCache` of decoded images; `app.serve_process.ImageRefs` for an `EngineProcess`)."""
         self.engine, self.limits = engine, limits
         self.api_key = api_key.encode() if api_key else None
         self.metrics = Metrics(engine)
-        self.images = images if images is not None else ImageCache(limits.image_cache_bytes)
+        process = isinstance(engine, EngineProcess)
+        if images is None:
+            images = ImageRefs(engine) if process else ImageCache(limits.image_cache_bytes)
+        self.images = images
+        # Queues a request without blocking: Engine.submit does, given a decoded image; a proxy is told not to wait.
+        self.enqueue = functools.partial(engine.submit, wait=False) if process else engine.submit
 
     # ---- plumbing -----------------------------------------------------------------------
     def check_key(self, request: Request) -> None:
@@ -238,23 +264,19 @@ class MoondreamAPI:
                 "send a smaller image (the server's --max-body-mb sets the limit)")
 
     async def submit(self, image_url: object, skill: str, obj: object, **options):
-        """Queue a request; image decoding (once per distinct image: `ImageCache`) and grammar
-        compilation run off the event loop, in one worker-thread hop."""
+        """Queue a request. A point/detect on an image the engine side already holds is queued from
+        the event loop itself (hashing the data URL is all it costs, and hashlib releases the GIL);
+        anything else (an image to decode, a grammar to compile) in one worker-thread hop."""
         try:
-            return await asyncio.to_thread(self.submit_now, image_url, skill, obj, **options)
-        except BadImageURL as e:
-            raise HTTPError(400, str(e)) from None
-        except ImageError as e:
-            raise HTTPError(400, one_line(e)) from None
-        except RequestError as e:
-            raise HTTPError(400, one_line(e)) from None
-        except EngineBusy as e:
-            raise HTTPError(429, one_line(e), {"Retry-After": str(self.limits.retry_after)}) from None
-        except EngineGone as e:
-            raise HTTPError(503, one_line(e)) from None
+            image, resolve = self.images.lookup(image_url)
+            if image is not None and skill in OBJECT_SKILLS:
+                return self.enqueue(image, skill, obj, timeout=self.limits.timeout, **options)
+            return await asyncio.to_thread(self.submit_now, resolve, skill, obj, **options)
+        except Exception as e:
+            raise http_error(e, self.limits) from None
 
-    def submit_now(self, image_url: object, skill: str, obj: object, **options):
-        return self.engine.submit(self.images.get(image_url), skill, obj, timeout=self.limits.timeout, **options)
+    def submit_now(self, resolve, skill: str, obj: object, **options):
+        return self.engine.submit(resolve(), skill, obj, timeout=self.limits.timeout, **options)
 
     async def result(self, request: Request, handle) -> dict:
         """The request's result, or its cancellation when the client goes away first."""
@@ -269,14 +291,8 @@ class MoondreamAPI:
             raise HTTPError(499, "the client closed the connection; the request was cancelled")
         try:
             return done.result()
-        except DeadlineExceeded:
-            raise HTTPError(504, f"the request took longer than {self.limits.timeout:g} s and was stopped") from None
-        except Cancelled:
-            raise HTTPError(499, "the request was cancelled") from None
-        except RequestError as e:
-            raise HTTPError(400, one_line(e)) from None
-        except EngineGone as e:
-            raise HTTPError(503, one_line(e)) from None
+        except Exception as e:   # a refusal arrives here too when the request was queued without waiting
+            raise http_error(e, self.limits) from None
 
     @staticmethod
     async def disconnected(request: Request) -> None:
@@ -431,8 +447,6 @@ class MoondreamAPI:
 
 def build_app(engine, *, api_key: str | None = None, limits: ServeLimits = ServeLimits(), images=None) -> Starlette:
     """The ASGI app over a started engine or an `EngineProcess` (tests mount it in-process)."""
-    if images is None and isinstance(engine, EngineProcess):
-        images = ImageRefs()
     return Starlette(routes=MoondreamAPI(engine, api_key=api_key, limits=limits, images=images).routes())
 
 

@@ -5,7 +5,8 @@ A data URL is keyed by the SHA-256 of its base64 text (hashlib releases the GIL)
 before gives back the image decoded then, skipping base64, JPEG decode and the pixel hash.
 A new one is decoded by `pybase64` (SIMD) and `prepare_image` (Pillow's decoder and hashlib
 release the GIL), the same pixels and prefix-cache key `Engine.submit` makes of the same file.
-Call `ImageCache.get` off the event loop (a worker thread).
+`ImageCache.lookup` only hashes, so the event loop may call it: a kept image is then submitted
+without leaving the loop; `ImageCache.get` (and `lookup`'s decoder) runs off it, on a worker thread.
 """
 
 from __future__ import annotations
@@ -77,6 +78,13 @@ class ImageCache:
         """The decoded image of `image_url`; raises BadImageURL, or ImageError for a bad file."""
         payload = data_url_payload(image_url)
         return self.get_or_decode(payload_digest(payload), lambda: decode_payload(payload))
+
+    def lookup(self, image_url: object) -> tuple[DecodedImage | None, Callable[[], DecodedImage]]:
+        """(the image of `image_url` if it is kept, else None; a call that decodes and keeps it, to
+        run off the event loop). Only hashes the data URL (hashlib releases the GIL); raises BadImageURL."""
+        payload = data_url_payload(image_url)
+        digest = payload_digest(payload)
+        return self.cached(digest), lambda: self.get_or_decode(digest, lambda: decode_payload(payload))
 
     def cached(self, digest: bytes) -> DecodedImage | None:
         """The image kept under `digest` (`payload_digest`), or None."""

@@ -7,19 +7,24 @@ a proxy with the part of the `Engine` API `app.serve` uses: `submit` (a handle w
 resolves and whose chunks arrive asynchronously), `cancel`, `queued`, `pools`, `decode_steps`,
 `prefill_steps`.
 
-Wire: one `multiprocessing` Pipe of small pickled tuples, one reader thread per side.
+Wire: one `multiprocessing` Pipe of small pickled tuples, one reader and one writer thread per side
+(a caller of `submit` never blocks on the pipe, so the server's event loop may call it).
 
-    server → child   ("submit", rid, digest, data | None, skill, obj, options, stream)
+    server → child   ("submit", rid, digest, data | None, skill, obj, options, stream, ack)
                      ("cancel", rid)   ("pause", bool)   ("stop",)
     child → server   ("ready", line) | ("load_error", message)     once, at start
-                     ("accepted", rid) | ("refused", rid, error) | ("miss", rid)
+                     ("accepted", rid), only when asked (ack) | ("refused", rid, error) | ("miss", rid)
                      ("chunk", rid, chunk)   ("done", rid, result) | ("failed", rid, error)
-                     ("stats", queued, pools, decode_steps, prefill_steps)   every STATS_PERIOD s
+                     ("stats", queued, pools, decode_steps, prefill_steps, timing)   every STATS_PERIOD s
+                     (timing: the engine thread's ticks, {verb: (wall s, CPU s)}, decode rows and CUDA
+                     graphs, as `Engine.steps`, `step_clock.snapshot()`, `decode_rows`, `graphs_held`)
 
 Images: the server sends a data URL's SHA-256 (`payload_digest`) and, the first time, the
 encoded file's bytes; the child decodes them on its own threads (Pillow releases the GIL) into
-its `ImageCache`. A digest sent alone that the child no longer holds comes back as "miss", and
-the server sends it again with the bytes. Errors cross as the engine's own exception types with
+its `ImageCache`. A digest sent alone is submitted by the child's reader at once (no decode, no
+thread hop); one the child no longer holds comes back as "miss", and the server's reader sends
+it again with the bytes. `submit(..., wait=False)` returns without the "accepted" round trip: a
+refusal then arrives as the handle's result. Errors cross as the engine's own exception types with
 their one-line messages; a child that dies fails every waiting and later request with
 `EngineGone` (503).
 """
@@ -40,6 +45,7 @@ from typing import Callable
 from app.common import one_line, warm_up
 from app.serve_images import ImageCache, data_url_payload, decode_payload, payload_digest
 from engine import Cancelled, DeadlineExceeded, EngineBusy, ImageError, RequestError
+from engine.serving.timing import PHASES
 
 STATS_PERIOD = 0.05     # seconds between the child's queue/pool reports
 KNOWN_DIGESTS = 4096    # digests the server believes the child holds (a wrong guess costs one "miss" round trip)
@@ -60,20 +66,48 @@ class EncodedImage:
     data: Callable[[], bytes]
 
 
+def encoded(data: bytes) -> EncodedImage:
+    """An image file's bytes as an `EncodedImage` (keyed by their SHA-256)."""
+    return EncodedImage(hashlib.sha256(data).digest(), lambda: data)
+
+
 class ImageRefs:
     """`ImageCache`'s counterpart in the server when the engine runs in a child: checks the data
     URL and hashes it, decodes nothing (the child does)."""
+
+    def __init__(self, proxy: EngineProcess) -> None:
+        self.proxy = proxy
 
     def get(self, image_url: object) -> EncodedImage:
         payload = data_url_payload(image_url)
         return EncodedImage(payload_digest(payload), lambda: decode_payload(payload))
 
+    def lookup(self, image_url: object) -> tuple[EncodedImage | None, Callable[[], EncodedImage]]:
+        """`ImageCache.lookup`'s shape: (the reference if the child holds its image, else None; a
+        call giving the reference). Only hashes; raises BadImageURL."""
+        image = self.get(image_url)
+        return (image if self.proxy.holds(image.digest) else None), lambda: image
+
+
+class ReportedClock:
+    """`StepClock.snapshot()` of the child's engine thread, as of the child's last report, read
+    together with its ticks (one stats message carries both)."""
+
+    def __init__(self, proxy: EngineProcess) -> None:
+        self.proxy = proxy
+
+    def snapshot(self) -> dict[str, tuple[float, float]]:
+        return dict(self.proxy.stats[4][1])
+
 
 class ProcessHandle:
     """A request submitted through `EngineProcess`: `future` and `cancel()`, like `RequestHandle`."""
 
-    def __init__(self, rid: int, proxy: EngineProcess, on_object: Callable | None) -> None:
+    def __init__(self, rid: int, proxy: EngineProcess, on_object: Callable | None, image: EncodedImage,
+                 wait: bool) -> None:
         self.id, self.proxy, self.on_object = rid, proxy, on_object
+        self.image, self.wait = image, wait   # to send its bytes again after a "miss"; whether `ack` is used
+        self.sent: tuple = ()                 # the "submit" message
         self.future: Future = Future()
         self.ack: Future = Future()
 
@@ -102,12 +136,18 @@ class EngineProcess:
         self.handles: dict[int, ProcessHandle] = {}
         self.ids = itertools.count(1)
         self.known: OrderedDict[bytes, None] = OrderedDict()
-        self.stats = (0, {"running": 0, "rows_in_use": 0, "waiting": 0, "steps_in_flight": 0}, 0, 0)
+        self.resent = 0   # images sent again after the child said "miss"
+        self.stats = (0, {"running": 0, "rows_in_use": 0, "waiting": 0, "steps_in_flight": 0}, 0, 0,
+                      (0, dict.fromkeys(PHASES, (0.0, 0.0)), 0, 0))
+        self.step_clock = ReportedClock(self)   # the child's engine thread, as of its last report
         self.gone: str | None = None
         self.startup = ""
         self.loaded: Future = Future()
+        self.outbox: queue.SimpleQueue = queue.SimpleQueue()
         self.reader = threading.Thread(target=self.read, name="engine-process-reader", daemon=True)
+        self.writer = threading.Thread(target=self.write, name="engine-process-writer", daemon=True)
         self.reader.start()
+        self.writer.start()
 
     @classmethod
     def open(cls, *, start_timeout: float = 600.0, **options) -> EngineProcess:
@@ -128,38 +168,47 @@ class EngineProcess:
         return proxy
 
     # ---- the Engine API app.serve uses ---------------------------------------------------
-    def submit(self, image: EncodedImage | bytes, skill: str, obj: str = "", *, on_object=None, **options):
-        """Queue a request in the child; raises what `Engine.submit` would (or `EngineGone`)."""
+    def submit(self, image: EncodedImage | bytes, skill: str, obj: str = "", *, on_object=None, wait: bool = True,
+               **options):
+        """Queue a request in the child. With `wait` (default) this returns once the child accepted
+        it and raises what `Engine.submit` would (or `EngineGone`); without, it returns at once, never
+        blocks, and a refusal arrives as the handle's result."""
         if not isinstance(image, EncodedImage):
-            data = bytes(image)
-            image = EncodedImage(hashlib.sha256(data).digest(), lambda: data)
-        handle = ProcessHandle(next(self.ids), self, on_object)
+            image = encoded(bytes(image))
+        handle = ProcessHandle(next(self.ids), self, on_object, image, wait)
+        data = None if self.holds(image.digest) else image.data()
         with self.lock:
+            if self.gone is not None:
+                raise EngineGone(self.gone)
             self.handles[handle.id] = handle
-            known = image.digest in self.known
-        def send(data: bytes | None) -> str:
-            self.send(("submit", handle.id, image.digest, data, skill, obj, options, on_object is not None))
-            return handle.ack.result()
+        handle.sent = ("submit", handle.id, image.digest, data, skill, obj, options, on_object is not None, wait)
+        self.post(handle.sent)
+        self.remember(image.digest)
+        if wait:
+            try:
+                handle.ack.result()
+            except BaseException:
+                with self.lock:
+                    self.handles.pop(handle.id, None)
+                raise
+        return handle
 
-        try:
-            if send(None if known else image.data()) == "miss":  # the child no longer holds it
-                handle.ack = Future()
-                send(image.data())
-        except BaseException:
-            with self.lock:
-                self.handles.pop(handle.id, None)
-            raise
+    def holds(self, digest: bytes) -> bool:
+        """Whether the child is believed to hold this image (a wrong guess costs one "miss" round trip)."""
         with self.lock:
-            self.known[image.digest] = None
-            self.known.move_to_end(image.digest)
+            return digest in self.known
+
+    def remember(self, digest: bytes) -> None:
+        with self.lock:
+            self.known[digest] = None
+            self.known.move_to_end(digest)
             while len(self.known) > KNOWN_DIGESTS:
                 self.known.popitem(last=False)
-        return handle
 
     def cancel(self, handle: ProcessHandle) -> None:
         if not handle.future.done() and self.gone is None:
             try:
-                self.send(("cancel", handle.id))
+                self.post(("cancel", handle.id))
             except EngineGone:
                 pass
 
@@ -177,9 +226,22 @@ class EngineProcess:
     def prefill_steps(self) -> int:
         return self.stats[3]
 
+    @property
+    def steps(self) -> int:
+        """The child's engine loop ticks (as of its last report, at most STATS_PERIOD old)."""
+        return self.stats[4][0]
+
+    @property
+    def decode_rows(self) -> int:
+        return self.stats[4][2]
+
+    @property
+    def graphs_held(self) -> int:
+        return self.stats[4][3]
+
     def pause(self, held: bool = True) -> None:
         """Hold (or release) the child's step loop: requests queue but are not decoded (tests)."""
-        self.send(("pause", held))
+        self.post(("pause", held))
 
     def point(self, image, obj: str, **options) -> dict:
         return self.submit(image, "point", obj, **options).result()
@@ -196,9 +258,11 @@ class EngineProcess:
     def close(self, timeout: float = 60.0) -> None:
         """Let the child finish what it accepted and exit; kill it if it does not within `timeout`."""
         try:
-            self.send(("stop",))
+            self.post(("stop",))
         except EngineGone:
             pass
+        self.outbox.put(None)
+        self.writer.join(timeout)
         self.process.join(timeout)
         if self.process.is_alive():
             self.process.kill()
@@ -207,14 +271,39 @@ class EngineProcess:
         self.reader.join(timeout=5)
 
     # ---- plumbing ------------------------------------------------------------------------
-    def send(self, message: tuple) -> None:
+    def post(self, message: tuple) -> None:
+        """Queue a message for the writer thread (never blocks); EngineGone once the child stopped."""
         if self.gone is not None:
             raise EngineGone(self.gone)
-        try:
-            with self.send_lock:
+        self.outbox.put(message)
+
+    def write(self) -> None:
+        """The writer thread: send what `post` queued, in order. A message that cannot be pickled
+        fails its own request; a broken pipe ends the thread (the reader then fails every request)."""
+        while (message := self.outbox.get()) is not None:
+            try:
                 self.conn.send(message)
-        except (OSError, ValueError):
-            raise EngineGone(self.gone or "the engine process stopped; restart the server") from None
+            except (OSError, ValueError):
+                return
+            except Exception as e:  # noqa: BLE001 - e.g. an option that cannot be pickled
+                if message[0] == "submit":
+                    self.refuse(message[1], RuntimeError(f"the request could not be sent ({one_line(e)})"))
+
+    def refuse(self, rid: int, error: BaseException) -> None:
+        with self.lock:
+            handle = self.handles.pop(rid, None)
+        if handle is not None:
+            (handle.ack if handle.wait and not handle.ack.done() else handle.future).set_exception(error)
+
+    def resend(self, handle: ProcessHandle) -> None:
+        with self.lock:
+            self.known.pop(handle.image.digest, None)
+            self.resent += 1
+        try:
+            data = handle.image.data()
+            self.post(("submit", handle.id, handle.image.digest, data) + handle.sent[4:])
+        except Exception as e:  # noqa: BLE001 - EngineGone, or bytes that no longer decode: this request fails
+            self.refuse(handle.id, e)
 
     def read(self) -> None:
         """The reader thread: resolve acknowledgements and results, feed chunks, keep the stats."""
@@ -239,10 +328,12 @@ class EngineProcess:
                     del self.handles[message[1]]
             if handle is None:
                 continue
-            if kind == "accepted" or kind == "miss":
+            if kind == "accepted":
                 handle.ack.set_result(kind)
+            elif kind == "miss":   # the child no longer holds the image: send it again with its bytes
+                self.resend(handle)
             elif kind == "refused":
-                handle.ack.set_exception(message[2])
+                (handle.ack if handle.wait else handle.future).set_exception(message[2])
             elif kind == "chunk":
                 handle.on_object(message[2])
             elif kind == "done":
@@ -251,10 +342,11 @@ class EngineProcess:
                 handle.future.set_exception(message[2])
         self.process.join(timeout=5)
         code = self.process.exitcode
-        self.gone = ("the engine process stopped" + ("" if code in (None, 0) else f" (exit code {code})")
-                     + "; restart the server")
         with self.lock:
+            self.gone = ("the engine process stopped" + ("" if code in (None, 0) else f" (exit code {code})")
+                         + "; restart the server")
             handles, self.handles = list(self.handles.values()), {}
+        self.outbox.put(None)
         for future in [self.loaded] + [f for h in handles for f in (h.ack, h.future)]:
             if not future.done():
                 future.set_exception(EngineGone(self.gone))
@@ -262,8 +354,9 @@ class EngineProcess:
 
 # ---- the child --------------------------------------------------------------------------
 class EngineChild:
-    """The engine's process: one reader (this thread), submits on a small pool (image decode and
-    grammar compilation), one writer thread, the engine's own step loop."""
+    """The engine's process: one reader (this thread) that submits requests on images it holds,
+    a small pool for those that need a decode (and their grammar's compilation), one writer
+    thread, the engine's own step loop."""
 
     def __init__(self, conn, engine, image_cache_bytes: int) -> None:
         self.conn, self.engine = conn, engine
@@ -290,7 +383,9 @@ class EngineChild:
                 except (EOFError, OSError):  # the server went away: stop
                     break
                 kind = message[0]
-                if kind == "submit":
+                if kind == "submit" and message[3] is None:   # an image it should hold: no decode, no hop
+                    self.submit(*message[1:])
+                elif kind == "submit":
                     self.pool.submit(self.submit, *message[1:])
                 elif kind == "cancel":
                     self.cancel(message[1])
@@ -307,7 +402,7 @@ class EngineChild:
             writer.join()
 
     def submit(self, rid: int, digest: bytes, data: bytes | None, skill: str, obj, options: dict,
-               stream: bool) -> None:
+               stream: bool, ack: bool) -> None:
         try:
             if data is None:
                 image = self.images.cached(digest)
@@ -325,7 +420,8 @@ class EngineChild:
             self.handles[rid] = handle
             cancel = rid in self.cancelled
             self.cancelled.discard(rid)
-        self.outbox.put(("accepted", rid))
+        if ack:
+            self.outbox.put(("accepted", rid))
         handle.future.add_done_callback(lambda future: self.finished(rid, future))
         if cancel:
             handle.cancel()
@@ -354,8 +450,12 @@ class EngineChild:
 
     def report(self) -> None:
         while not self.stopping.wait(STATS_PERIOD):
-            self.outbox.put(("stats", self.engine.queued(), self.engine.pools(), self.engine.decode_steps,
-                            self.engine.prefill_steps))
+            engine = self.engine
+            clock = getattr(engine, "step_clock", None)   # a stand-in engine (app.serve_cost) keeps none
+            timing = ((engine.steps, clock.snapshot(), engine.decode_rows, engine.graphs_held) if clock is not None
+                      else (0, dict.fromkeys(PHASES, (0.0, 0.0)), 0, 0))
+            self.outbox.put(("stats", engine.queued(), engine.pools(), engine.decode_steps, engine.prefill_steps,
+                             timing))
 
     def write(self) -> None:
         while (message := self.outbox.get()) is not None:

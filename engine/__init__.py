@@ -36,6 +36,7 @@ _EXPORTS = {
     "DeviceError": "engine.model.device",
     "ModelInfo": "engine.model.pretrained",
     "SKILLS": "engine.serving.skills",
+    "OBJECT_SKILLS": "engine.serving.skills",
     "validate_request": "engine.serving.skills",
     "normalize_query": "engine.serving.skills",
     "Point": "engine.serving.skills",
@@ -80,5 +81,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
     from engine.serving.errors import Cancelled, DeadlineExceeded, EngineBusy, RequestError  # noqa: F401
     from engine.serving.answers import Choices, JsonSchema, Regex  # noqa: F401
     from engine.serving.limits import DEFAULT_MAX_OBJECTS, DEFAULT_MAX_TOKENS, MAX_OBJECTS_LIMIT, UI_MAX_OBJECTS  # noqa: F401
-    from engine.serving.skills import (SKILLS, Box, CaptionResult, DetectResult, Point, PointResult,  # noqa: F401
-                                       QueryResult, normalize_query, validate_request)
+    from engine.serving.skills import (OBJECT_SKILLS, SKILLS, Box, CaptionResult, DetectResult,  # noqa: F401
+                                       Point, PointResult, QueryResult, normalize_query, validate_request)

@@ -98,9 +98,29 @@ def test_a_short_answer_voids_the_run():
         loadbench.run_wave(ShortTarget(), loadbench.ImageSource(8, 4, "same", 0), "detect", 2, 1, 2)
 
 
+class FullTarget(ShortTarget):
+    """Answers every request with exactly the objects asked."""
+
+    def send(self, image, task, max_objects):
+        return {"objects": [{}] * max_objects, "points": [{}] * max_objects}, None
+
+
+def test_think_time_pauses_between_a_clients_requests_only():
+    pauses: list[float] = []
+    raw = loadbench.run_wave(FullTarget(), loadbench.ImageSource(8, 4, "same", 0), "point", 3, 4, 2,
+                             think=0.01, pause=pauses.append)
+    assert len(raw["latencies"]) == 12 and len(pauses) == 3 * 3   # none before a client's first request
+    assert all(0 <= p <= 0.02 for p in pauses) and len(set(pauses)) > 1
+    none: list[float] = []
+    loadbench.run_wave(FullTarget(), loadbench.ImageSource(8, 4, "same", 0), "point", 3, 4, 2, pause=none.append)
+    assert none == []
+
+
 def test_bad_options_are_one_clear_line():
     with pytest.raises(SystemExit, match="--size must look like 640x480"):
         loadbench.main(["--preset", "tiny", "--device", "cpu", "--size", "big"])
+    with pytest.raises(SystemExit, match="--think-ms must be between 0 and 60000"):
+        loadbench.main(["--preset", "tiny", "--device", "cpu", "--think-ms", "-1"])
     with pytest.raises(SystemExit, match="crop_threads must be a positive whole number"):
         loadbench.main(["--preset", "tiny", "--device", "cpu", "--crop-threads", "0", "--conc", "1"])
 

@@ -7,6 +7,7 @@ in-process engine's; a child that dies gives 503s, not hangs; closing leaves no 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -27,7 +28,8 @@ from tests.test_serve import (KEY, data_url, jpeg_bytes, post, scene,  # noqa: F
                               test_64_concurrent_clients_all_answered_or_told_busy, test_api_key_is_required_and_checked,
                               test_bad_answer_formats_are_one_line_400s, test_bad_requests_get_one_line_reasons,
                               test_chat_completions_from_the_client, test_disconnect_cancels_the_request_and_frees_its_row,
-                              test_health_and_metrics, test_query_and_caption_from_the_client_stream_and_follow_the_schema,
+                              test_health_and_metrics, test_metrics_time_the_engine_thread,
+                              test_query_and_caption_from_the_client_stream_and_follow_the_schema,
                               test_the_official_client_gets_the_engines_answers, test_too_large_and_not_json)
 
 
@@ -126,3 +128,35 @@ def test_the_engine_process_flag(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--engine-process", "--ray"])
     assert "does not combine with --ray" in capsys.readouterr().err
+
+
+def test_a_request_that_does_not_wait_gets_its_refusal_as_its_result(served, scene):
+    """`submit(..., wait=False)` (what the server's event loop calls for an image the child holds)
+    returns at once; the child's refusal arrives as the handle's result, the engine's own error."""
+    image, _ = scene
+    proxy, jpeg = served.engine, jpeg_bytes(image)
+    proxy.submit(jpeg, "point", "star").result(timeout=60)   # the child holds the image now
+    handle = proxy.submit(jpeg, "detect", "   ", wait=False)
+    with pytest.raises(RequestError, match="empty"):
+        handle.result(timeout=60)
+    assert proxy.submit(jpeg, "point", "star", wait=False).result(timeout=60) == proxy.point(jpeg, "star")
+
+
+def test_an_image_the_child_no_longer_holds_is_sent_again(scene):
+    """The server sends a known image's digest alone; a child that dropped it answers "miss" and
+    the server's reader sends the bytes again: the request is answered as the first one was."""
+    image, _ = scene
+    jpeg = jpeg_bytes(image)
+    proxy = EngineProcess.open(weights=None, max_batch=2, torch_threads=1, image_cache_bytes=0)  # keeps no image
+    try:
+        first = proxy.point(jpeg, "circle")
+        assert first["points"]
+        assert proxy.holds(hashlib.sha256(jpeg).digest()) and proxy.resent == 0
+        assert proxy.submit(jpeg, "point", "circle", wait=False).result(timeout=120) == first
+        assert proxy.resent == 1 and not proxy.holds(hashlib.sha256(jpeg).digest())  # a miss: forgotten
+        assert proxy.point(jpeg, "circle") == first        # sent with its bytes
+        assert proxy.point(jpeg, "circle") == first        # its digest alone again: a miss again
+        assert proxy.resent == 2
+    finally:
+        proxy.close()
+    assert not proxy.process.is_alive()

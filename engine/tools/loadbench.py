@@ -31,6 +31,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from typing import Callable
 
 import numpy as np
 import torch
@@ -191,8 +192,8 @@ class HttpTarget:
                                "mdpipe_prefill_steps: is this python -m app.serve?") from None
 
     def engine_times(self) -> tuple[int, dict[str, tuple[float, float]], int] | None:
-        """As `EngineTarget.engine_times`, read from the server's /metrics (mdpipe_engine_*), or None
-        when the server does not time its engine (`--engine-process`: the loop is in another process)."""
+        """As `EngineTarget.engine_times`, read from the server's /metrics (mdpipe_engine_*; with
+        `--engine-process`, as its child last reported them), or None when the server has none."""
         values = self.metrics()
         if "mdpipe_engine_ticks" not in values:
             return None
@@ -206,7 +207,7 @@ class HttpTarget:
                 int(values["mdpipe_engine_decode_rows"]))
 
     def graphs(self) -> int | None:
-        """CUDA graphs the server's engine holds (mdpipe_cuda_graphs), or None (`--engine-process`)."""
+        """CUDA graphs the server's engine holds (mdpipe_cuda_graphs), or None when it does not say."""
         value = self.metrics().get("mdpipe_cuda_graphs")
         return None if value is None else int(value)
 
@@ -218,16 +219,22 @@ class HttpTarget:
 
 
 def run_wave(target, images: ImageSource, task: str, clients: int, per_client: int, max_objects: int,
-             stacks: int = 0) -> dict:
+             stacks: int = 0, think: float = 0.0, pause: Callable[[float], None] = time.sleep) -> dict:
     """`clients` threads, `per_client` requests each, closed loop. Returns raw timings; with
-    `stacks`, also the engine thread's `stacks` most sampled stack chains (`StackSampler`)."""
+    `stacks`, also the engine thread's `stacks` most sampled stack chains (`StackSampler`). With
+    `think` (seconds), each client pauses between two requests for a time drawn uniformly from
+    [0, 2 × think] (its own seeded draws): the turnaround an HTTP client and server add, and the
+    spread it gives arrivals, without HTTP."""
     latencies: list[float] = []
     first_object: list[float] = []
     errors: list[BaseException] = []
     lock = threading.Lock()
 
-    def client() -> None:
-        for _ in range(per_client):
+    def client(index: int) -> None:
+        draws = np.random.default_rng(index)
+        for i in range(per_client):
+            if think and i:
+                pause(float(draws.uniform(0.0, 2.0 * think)))
             image = images.next()
             start = time.perf_counter()
             try:
@@ -244,7 +251,7 @@ def run_wave(target, images: ImageSource, task: str, clients: int, per_client: i
                 latencies.append(end - start)
                 first_object.append(first - start if first is not None else float("nan"))
 
-    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
     timed = getattr(target, "engine_times", None)
     served = getattr(target, "server_times", None)
     thread_id = getattr(target, "thread_id", lambda: None)()
@@ -373,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stacks", type=int, default=0, metavar="N",
                    help="sample the engine thread's Python stack during each in-process row and print its N most "
                         "frequent places (engine.tools.stacks)")
+    p.add_argument("--think-ms", type=float, default=0.0, metavar="MS",
+                   help="each client pauses a uniform 0..2×MS ms between its requests (mean MS): an in-process "
+                        "stand-in for the turnaround an HTTP round trip adds (default 0)")
     p.add_argument("--json", default=None, help="write the table as JSON here")
     p.add_argument("--url", default=None, metavar="URL",
                    help="drive a running `python -m app.serve` at URL (e.g. http://127.0.0.1:2020/v1) instead of "
@@ -390,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         if m not in ("unique", "same"):
             raise SystemExit(f"--modes: unknown mode {m!r} (use unique, same)")
     conc = [int(c) for c in args.conc.split(",")]
+    if not 0 <= args.think_ms <= 60_000:
+        raise SystemExit(f"--think-ms must be between 0 and 60000, got {args.think_ms:g}")
     width, height = parse_size(args.size)
     dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
     if args.url is not None:
@@ -435,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
                         target.keep(warm.base)
                     run_wave(target, warm, task, c, 1, args.max_objects)
                     raw = run_wave(target, images, task, c, args.requests if c == 1 else args.per_client,
-                                   args.max_objects, stacks=args.stacks)
+                                   args.max_objects, stacks=args.stacks, think=args.think_ms / 1e3)
                     rows.append(summarise(task, mode, c, raw))
                     print(f"  {task} {mode} c={c}: {rows[-1]['req_per_s']:.1f} req/s", flush=True)
     except MismatchError as e:
@@ -444,7 +456,8 @@ def main(argv: list[str] | None = None) -> int:
         if engine is not None:
             engine.close()
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
-    print(f"{args.preset} {dtype} on {gpu}; {width}x{height} images, {args.max_objects} objects/request; {where}")
+    think = f"; clients pause {args.think_ms:g} ms on average between requests" if args.think_ms else ""
+    print(f"{args.preset} {dtype} on {gpu}; {width}x{height} images, {args.max_objects} objects/request; {where}{think}")
     if probe:
         print("prefill step of new images (vision + prefix + prompt): "
               + ", ".join(f"{n} image{'s' * (n > 1)} {ms:.1f} ms ({ms / n:.1f} ms/image)" for n, ms in probe.items()))
@@ -489,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
                 "max_prefill_cached": engine.config.max_prefill_cached, "crop_threads": engine.config.crop_threads,
                 "prefix_cache_size": args.prefix_cache}
             json.dump({"device": gpu, "preset": args.preset, "dtype": dtype, "size": [width, height],
-                       "max_objects": args.max_objects, "target": where, **settings,
+                       "max_objects": args.max_objects, "target": where, "think_ms": args.think_ms, **settings,
                        "prefill_ms": {str(n): ms for n, ms in probe.items()}, "torch": torch.__version__, "rows": rows}, f, indent=2)
     return 0
 
