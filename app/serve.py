@@ -1,8 +1,8 @@
 """`python -m app.serve`: the Moondream HTTP API over one shared, batching engine.
 
     python -m app.serve [--host 127.0.0.1] [--port 2020] [--weights DIR|ID] [--device auto] [--dtype auto]
-                        [--api-key KEY] [--max-batch 16] [--max-queue 256] [--timeout 300] [--max-body-mb 32]
-                        [--image-cache-mb 256] [--engine-process]
+                        [--api-key KEY] [--max-batch 16] [--max-queue 256] [--prefill-wait 2] [--timeout 300]
+                        [--max-body-mb 32] [--image-cache-mb 256] [--engine-process]
                         [--ray [--replicas N] [--gpus-per-replica G] [--address ADDR]]
 
 Existing code written for the official `moondream` client runs unchanged against it:
@@ -51,7 +51,7 @@ from app.serve_images import BadImageURL, ImageCache
 from app.serve_process import EngineGone, EngineProcess, ImageRefs
 from engine.model.pretrained import add_model_arguments
 from engine import (DEFAULT_MAX_OBJECTS, OBJECT_SKILLS, Cancelled, Choices, DeadlineExceeded, Engine, EngineBusy,
-                    ImageError, JsonSchema, Regex, RequestError)
+                    EngineConfig, ImageError, JsonSchema, Regex, RequestError)
 
 log = logging.getLogger("app.serve")
 
@@ -459,6 +459,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="require this key (X-Moondream-Auth or Authorization: Bearer); also read from $MDPIPE_API_KEY")
     p.add_argument("--max-batch", type=int, default=16, help="most requests decoded together (default 16)")
     p.add_argument("--max-queue", type=int, default=256, help="waiting requests before HTTP 429 (default 256)")
+    p.add_argument("--prefill-wait", type=int, default=EngineConfig.prefill_wait, metavar="STEPS",
+                   help="decode steps a request on a cached image may wait, while others decode, to share its "
+                        f"prefill step (default {EngineConfig.prefill_wait}; 0: none)")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="deadline of one request")
     p.add_argument("--max-body-mb", type=float, default=32.0, metavar="MB", help="largest request body (default 32)")
     p.add_argument("--image-cache-mb", type=float, default=256.0, metavar="MB",
@@ -485,6 +488,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("max_batch", "max_queue"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.prefill_wait < 0:
+        p.error(f"--prefill-wait must be 0 or more, got {args.prefill_wait}")
     if not 0 < args.timeout <= 24 * 3600:
         p.error(f"--timeout must be more than 0 and at most 86400 seconds, got {args.timeout:g}")
     if not 0 < args.max_body_mb <= 1024:
@@ -511,7 +516,8 @@ def main(argv: list[str] | None = None) -> int:
         from app.serve_ray import run_ray
         return run_ray(args, api_key, limits)
     options = dict(tokenizer=args.tokenizer, device=args.device, dtype=args.dtype, max_batch=args.max_batch,
-                   max_queue=args.max_queue, repeat_guard=args.repeat_guard, progress=sys.stderr.isatty())
+                   max_queue=args.max_queue, prefill_wait=args.prefill_wait, repeat_guard=args.repeat_guard,
+                   progress=sys.stderr.isatty())
     try:
         if args.engine_process:
             engine = EngineProcess.open(weights=args.weights, image_cache_bytes=limits.image_cache_bytes, **options)

@@ -31,12 +31,13 @@ def replica_app_builder(args: argparse.Namespace, api_key: str | None, limits: S
     """A builder Ray Serve calls inside each replica: load the model there, return the ASGI app."""
     weights, tokenizer, device, dtype = args.weights, args.tokenizer, args.device, args.dtype
     max_batch, max_queue, repeat_guard = args.max_batch, args.max_queue, args.repeat_guard
+    prefill_wait = args.prefill_wait
 
     def build():
         from app.common import open_engine
 
         engine = open_engine(weights, tokenizer=tokenizer, device=device, dtype=dtype, max_batch=max_batch,
-                             max_queue=max_queue, repeat_guard=repeat_guard).start()
+                             max_queue=max_queue, prefill_wait=prefill_wait, repeat_guard=repeat_guard).start()
         return build_app(engine, api_key=api_key, limits=limits)
 
     return build

@@ -121,6 +121,10 @@ def test_bad_options_are_one_clear_line():
         loadbench.main(["--preset", "tiny", "--device", "cpu", "--size", "big"])
     with pytest.raises(SystemExit, match="--think-ms must be between 0 and 60000"):
         loadbench.main(["--preset", "tiny", "--device", "cpu", "--think-ms", "-1"])
+    with pytest.raises(SystemExit, match="prefill_wait must be 0 or more decode steps, got -1"):
+        loadbench.main(["--preset", "tiny", "--device", "cpu", "--prefill-wait", "-1", "--conc", "1"])
+    with pytest.raises(SystemExit, match="prefill_gather must be a positive whole number"):
+        loadbench.main(["--preset", "tiny", "--device", "cpu", "--prefill-gather", "0", "--conc", "1"])
     with pytest.raises(SystemExit, match="crop_threads must be a positive whole number"):
         loadbench.main(["--preset", "tiny", "--device", "cpu", "--crop-threads", "0", "--conc", "1"])
 

@@ -79,13 +79,15 @@ def run(engine: Engine, clock: Clock, schedule: list[dict]) -> list:
 
 @settings(max_examples=60, deadline=None)
 @given(schedule=st.lists(request, min_size=1, max_size=10), max_batch=st.integers(1, 4),
-       max_prefill=st.integers(1, 3), cache=st.integers(0, 2))
-def test_pipelined_equals_blocking_on_random_schedules(tokenizer, schedule, max_batch, max_prefill, cache):
+       max_prefill=st.integers(1, 3), cache=st.integers(0, 2), wait=st.integers(0, 3), gather=st.integers(1, 4))
+def test_pipelined_equals_blocking_on_random_schedules(tokenizer, schedule, max_batch, max_prefill, cache, wait,
+                                                       gather):
     outcomes = {}
     for pipelined in (True, False):
         clock = Clock()
         engine, runner = fake_engine(tokenizer, pipelined=pipelined, max_batch=max_batch, clock=clock,
-                                     max_prefill=max_prefill, prefix_cache_size=cache)
+                                     max_prefill=max_prefill, prefix_cache_size=cache, prefill_wait=wait,
+                                     prefill_gather=gather)
         outcomes[pipelined] = run(engine, clock, schedule)
         assert idle(engine), engine.pools()
         assert engine.scheduler.retired == len(schedule)  # each request retired once
@@ -244,9 +246,44 @@ def test_cached_prompts_are_prefilled_together_beyond_the_image_limit(tokenizer)
     for _ in range(6):
         engine.submit(IMAGES[1], "point", "star", max_objects=1)
     engine.run_until_idle()
-    # One step encodes the image; the five twins share one prompt-only prefill step.
-    assert runner.prefills[:2] == [[0], [1, 2, 3, 4, 5]] and runner.encoded == 1
+    # One step encodes the image; the five twins share one prompt-only prefill step (in rows 1-5, or
+    # in 0-4 when they waited for row 0 to finish: prefill_wait).
+    assert runner.prefills[0] == [0] and len(runner.prefills[1]) == 5 and runner.encoded == 1
     assert idle(engine)
+
+
+def test_requests_on_cached_images_wait_a_few_steps_to_share_a_prefill(tokenizer):
+    """prefill_wait / prefill_gather: while rows decode, a request on a cached image waits up to
+    `prefill_wait` decode steps for others, and goes at once when `prefill_gather` wait; with no
+    row decoding nothing waits. Every answer is the one it gets alone."""
+    for wait, gather, arrivals, expect in ((2, 8, [1], [3]), (2, 2, [1, 1], [1, 1]), (3, 8, [1, 2], [4, 3]),
+                                           (0, 8, [1], [1])):
+        engine, runner = fake_engine(tokenizer, max_batch=4, pipelined=False, prefix_cache_size=2,
+                                     prefill_wait=wait, prefill_gather=gather)
+        first = engine.submit(IMAGES[1], "point", "star", max_objects=5)   # decodes 5 objects' worth of steps
+        engine.step()
+        assert runner.prefills == [[0]]
+        late, waited = [], {}
+        for tick in range(1, 12):   # one engine step per tick; a request submitted before a step may go in it
+            late += [(tick, engine.submit(IMAGES[1], "point", "blue", max_objects=1)) for at in arrivals if at == tick]
+            before = len(runner.prefills)
+            engine.step()
+            for rows in runner.prefills[before:]:
+                for n, (at, handle) in enumerate(late):
+                    if n not in waited and handle.seq.row in rows:
+                        waited[n] = tick - at + 1
+        assert [waited.get(n) for n in range(len(late))] == expect, (wait, gather, waited, runner.prefills)
+        late = [handle for _, handle in late]
+        engine.run_until_idle()
+        alone, _ = fake_engine(tokenizer, max_batch=4, pipelined=False)
+        assert first.result() == alone.point(IMAGES[1], "star", max_objects=5)
+        assert all(h.result() == alone.point(IMAGES[1], "blue", max_objects=1) for h in late)
+        assert idle(engine)
+    idle_engine, runner = fake_engine(tokenizer, max_batch=4, pipelined=False, prefix_cache_size=2, prefill_wait=3)
+    idle_engine.point(IMAGES[1], "star", max_objects=1)
+    idle_engine.submit(IMAGES[1], "point", "blue", max_objects=1)   # nothing decodes: no wait
+    idle_engine.step()
+    assert len(runner.prefills) == 2
 
 
 def test_rows_keep_decoding_through_prefills_and_image_steps_alternate(tokenizer):

@@ -242,7 +242,9 @@ def test_metrics_time_the_engine_thread(served, scene):
 def test_arguments_are_checked(capsys):
     assert parse_args([]).host == "127.0.0.1" and parse_args([]).port == 2020
     assert parse_args(["--image-cache-mb", "0"]).image_cache_mb == 0
-    for bad in (["--port", "0"], ["--timeout", "-1"], ["--max-queue", "0"], ["--image-cache-mb", "-1"]):
+    assert parse_args([]).prefill_wait == 2 and parse_args(["--prefill-wait", "0"]).prefill_wait == 0
+    for bad in (["--port", "0"], ["--timeout", "-1"], ["--max-queue", "0"], ["--image-cache-mb", "-1"],
+                ["--prefill-wait", "-1"]):
         with pytest.raises(SystemExit):
             parse_args(bad)
         assert "error:" in capsys.readouterr().err

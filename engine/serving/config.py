@@ -20,6 +20,11 @@ class EngineConfig:
     max_queue: int = 1024            # waiting requests before `EngineBusy`
     max_prefill: int = 8             # new images encoded (prefilled) per step
     max_prefill_cached: int = 64     # requests with a cached image prefix prefilled per step (prompt only)
+    # A step that prefills runs a second forward beside the decode one. While rows decode, requests
+    # on cached images (prompt only) may wait up to `prefill_wait` decode steps for `prefill_gather`
+    # of them to go in one step (0: each goes at the next step; nothing waits while no row decodes).
+    prefill_wait: int = 2
+    prefill_gather: int = 8
     crop_threads: int = 4            # threads making overlap crops (engine.serving.crops)
     device_crops: bool | None = None # resize on the model's device, libvips' pixels (None: on CUDA)
     prefix_cache_size: int = 8       # image prefixes kept on the device after their last request (LRU; 0: none)
@@ -32,8 +37,11 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         problems = [f"{name} must be a positive whole number, got {getattr(self, name)!r}"
-                    for name in ("max_batch", "max_queue", "max_prefill", "max_prefill_cached", "crop_threads", "mask_capacity")
+                    for name in ("max_batch", "max_queue", "max_prefill", "max_prefill_cached", "prefill_gather",
+                                 "crop_threads", "mask_capacity")
                     if not isinstance(getattr(self, name), int) or getattr(self, name) < 1]
+        if not isinstance(self.prefill_wait, int) or self.prefill_wait < 0:
+            problems.append(f"prefill_wait must be 0 or more decode steps, got {self.prefill_wait!r}")
         if not 1 <= self.max_objects <= MAX_OBJECTS_LIMIT:
             problems.append(f"max_objects must be between 1 and {MAX_OBJECTS_LIMIT}, got {self.max_objects}")
         if self.prefix_cache_size < 0:

@@ -129,6 +129,7 @@ class Engine:
         self.crops = CropService(cfg.vision, config.crop_threads, on_ready=self._wake.set,
                                  on_device=on_cuda if config.device_crops is None else config.device_crops)
         self._encoded_last = False  # the last launch encoded images: decode goes next
+        self._held = 0              # decode steps launched in a row while prompt-only requests waited (prefill_wait)
         self._thread: threading.Thread | None = None
         self._stop = False
         self.steps = 0
@@ -356,8 +357,9 @@ class Engine:
         plan = self.scheduler.decode_plan(self.runner.batch_bucket)
         # An image prefill holds the step for its whole forward: one step without one between two.
         new_images = 0 if self._encoded_last and plan is not None else self.config.max_prefill
-        admitted = self.scheduler.admit(new_images, self.config.max_prefill_cached, self.prefix_cache.get,
+        admitted = self.scheduler.admit(new_images, self._cached_admissions(plan is not None), self.prefix_cache.get,
                                         self._crops_ready, self.runner.batch_bucket)
+        self._held = self._held + 1 if not admitted and self.scheduler.queued() else 0
         admitted = [a for a in admitted if self._has_pixels(a.seq, a.prefix is not None)]
         ready = [a for a in admitted if self._attach_grammar(a.seq)]
         for a in reversed([a for a in admitted if a not in ready]):  # no mask rows yet: wait, first in line
@@ -370,6 +372,14 @@ class Engine:
         self._encoded_last = False
         self._launch_decode(self.pipeline.free_slot(), plan)
         return self.pipeline.launch("decode", plan.rows, plan.batch)
+
+    def _cached_admissions(self, decoding: bool) -> int:
+        """Requests on cached images this step may admit: none while rows decode and fewer than
+        `prefill_gather` wait, for `prefill_wait` steps at most (EngineConfig)."""
+        cfg = self.config
+        if decoding and self._held < cfg.prefill_wait and self.scheduler.queued() < cfg.prefill_gather:
+            return 0
+        return cfg.max_prefill_cached
 
     def _launch_decode(self, slot: int, plan) -> None:
         """The running rows' decode forward into `slot`, and its bookkeeping."""

@@ -376,6 +376,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-prefill", type=int, default=None, help="engine max_prefill: new images per step")
     p.add_argument("--max-prefill-cached", type=int, default=None, help="engine max_prefill_cached")
     p.add_argument("--crop-threads", type=int, default=None, help="engine crop_threads")
+    p.add_argument("--prefill-wait", type=int, default=None, help="engine prefill_wait: decode steps a request on a "
+                   "cached image may wait, while rows decode, to share its prefill step")
+    p.add_argument("--prefill-gather", type=int, default=None, help="engine prefill_gather: waiting requests that "
+                   "end the wait")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stacks", type=int, default=0, metavar="N",
                    help="sample the engine thread's Python stack during each in-process row and print its N most "
@@ -418,7 +422,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         tuning = {name: value for name, value in (("max_prefill", args.max_prefill),
                                                    ("max_prefill_cached", args.max_prefill_cached),
-                                                   ("crop_threads", args.crop_threads)) if value is not None}
+                                                   ("crop_threads", args.crop_threads),
+                                                   ("prefill_wait", args.prefill_wait),
+                                                   ("prefill_gather", args.prefill_gather)) if value is not None}
         try:
             # Random weights repeat boxes: the scenario runs every request to --max-objects, so the
             # repetition guard is off (start `python -m app.serve` with --no-repeat-guard likewise).
@@ -500,6 +506,7 @@ def main(argv: list[str] | None = None) -> int:
             settings = {} if engine is None else {
                 "max_batch": engine.config.max_batch, "max_prefill": engine.config.max_prefill,
                 "max_prefill_cached": engine.config.max_prefill_cached, "crop_threads": engine.config.crop_threads,
+                "prefill_wait": engine.config.prefill_wait, "prefill_gather": engine.config.prefill_gather,
                 "prefix_cache_size": args.prefix_cache}
             json.dump({"device": gpu, "preset": args.preset, "dtype": dtype, "size": [width, height],
                        "max_objects": args.max_objects, "target": where, "think_ms": args.think_ms, **settings,
