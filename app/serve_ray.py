@@ -1,9 +1,10 @@
 """`python -m app.serve --ray --replicas N`: the same HTTP API, one engine replica per GPU, behind
 Ray Serve (the optional `.[ray]` extra).
 
-Each replica is a Ray Serve deployment replica (its own process) that loads the checkpoint, starts
-one `Engine` and serves `app.serve.build_app` over it; Ray Serve's HTTP proxy spreads requests
-over the replicas. Endpoints, limits, errors and the API key are those of the single-process server.
+Each replica is a Ray Serve deployment replica (its own process) that loads the checkpoint, captures
+its CUDA graphs (`Engine.warm_up`), starts one `Engine` and serves `app.serve.build_app` over it;
+Ray Serve's HTTP proxy spreads requests over the replicas. Endpoints, limits, errors and the API key
+are those of the single-process server.
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ def replica_app_builder(args: argparse.Namespace, api_key: str | None, limits: S
     prefill_wait = args.prefill_wait
 
     def build():
-        from app.common import open_engine
+        from app.common import open_engine, warm_up
 
         engine = open_engine(weights, tokenizer=tokenizer, device=device, dtype=dtype, max_batch=max_batch,
-                             max_queue=max_queue, prefill_wait=prefill_wait, repeat_guard=repeat_guard).start()
-        return build_app(engine, api_key=api_key, limits=limits)
+                             max_queue=max_queue, prefill_wait=prefill_wait, repeat_guard=repeat_guard)
+        warm_up(engine)   # each replica captures its graphs before it serves, as the single server does
+        return build_app(engine.start(), api_key=api_key, limits=limits)
 
     return build
 

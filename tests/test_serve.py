@@ -226,8 +226,9 @@ def test_metrics_time_the_engine_thread(served, scene):
     deadline = time.monotonic() + 60
     while True:
         with urllib.request.urlopen(served.url.removesuffix("/v1") + "/metrics", timeout=30) as r:
-            values = {name: float(value) for name, _, value in (line.partition(" ") for line in r.read().decode().splitlines())
-                      if name.startswith("mdpipe_")}
+            lines = r.read().decode().splitlines()
+        values = {name: float(value) for name, _, value in (line.partition(" ") for line in lines)
+                  if name.startswith("mdpipe_")}
         if values["mdpipe_engine_ticks"] >= 1 or time.monotonic() > deadline:
             break
         time.sleep(0.01)
@@ -281,6 +282,25 @@ def test_ray_serve_replicas_answer_like_the_engine(served, scene, tmp_path):
 SCHEMA = {"type": "object", "properties": {"present": {"type": "boolean"},
                                            "colour": {"type": "string", "enum": ["red", "blue", "green"]}},
           "required": ["present", "colour"]}
+
+
+def test_a_ray_replica_captures_its_graphs_before_it_serves(monkeypatch):
+    import app.common
+    import app.serve_ray
+
+    calls = []
+
+    class Stub:
+        def start(self):
+            calls.append("start")
+            return self
+
+    monkeypatch.setattr(app.common, "open_engine",
+                        lambda weights, **kw: calls.append(("open", kw["prefill_wait"])) or Stub())
+    monkeypatch.setattr(app.common, "warm_up", lambda engine: calls.append("warm_up"))
+    monkeypatch.setattr(app.serve_ray, "build_app", lambda engine, **kw: engine)
+    app.serve_ray.replica_app_builder(parse_args(["--ray", "--prefill-wait", "1"]), None, ServeLimits())()
+    assert calls == [("open", 1), "warm_up", "start"]
 
 
 def test_query_and_caption_from_the_client_stream_and_follow_the_schema(served, scene):
