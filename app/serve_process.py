@@ -117,6 +117,11 @@ class ProcessHandle:
     def result(self, timeout: float | None = None) -> dict:
         return self.future.result(timeout)
 
+    def refuse(self, error: BaseException) -> None:
+        """The child (or the pipe) refused it: to the caller still waiting for the "accepted", else
+        as its result."""
+        (self.ack if self.wait and not self.ack.done() else self.future).set_exception(error)
+
 
 def portable(e: BaseException) -> BaseException:
     """`e` as it can cross the pipe: the engine's error types as they are, others as one line."""
@@ -131,7 +136,6 @@ class EngineProcess:
 
     def __init__(self, process, conn) -> None:
         self.process, self.conn = process, conn
-        self.send_lock = threading.Lock()
         self.lock = threading.Lock()
         self.handles: dict[int, ProcessHandle] = {}
         self.ids = itertools.count(1)
@@ -293,7 +297,7 @@ class EngineProcess:
         with self.lock:
             handle = self.handles.pop(rid, None)
         if handle is not None:
-            (handle.ack if handle.wait and not handle.ack.done() else handle.future).set_exception(error)
+            handle.refuse(error)
 
     def resend(self, handle: ProcessHandle) -> None:
         with self.lock:
@@ -333,7 +337,7 @@ class EngineProcess:
             elif kind == "miss":   # the child no longer holds the image: send it again with its bytes
                 self.resend(handle)
             elif kind == "refused":
-                (handle.ack if handle.wait else handle.future).set_exception(message[2])
+                handle.refuse(message[2])
             elif kind == "chunk":
                 handle.on_object(message[2])
             elif kind == "done":
