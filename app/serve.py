@@ -123,6 +123,11 @@ class Metrics:
             for verb in clock.snapshot():   # the verbs it times
                 for i, kind in enumerate(("wall", "cpu")):
                     verbs.labels(verb, kind).set_function(lambda verb=verb, i=i: clock.snapshot()[verb][i])
+        # Read when /metrics is served, which is on the event loop's thread: that thread's CPU.
+        Gauge("mdpipe_server_loop_cpu_seconds", "CPU seconds of the server's event-loop thread (HTTP, JSON, "
+              "hashing, submits) since start", registry=self.registry).set_function(time.thread_time)
+        Gauge("mdpipe_server_process_cpu_seconds", "CPU seconds of the server's process since start, every thread "
+              "(the engine thread's too when the engine runs in it)", registry=self.registry).set_function(time.process_time)
         self.phases = Counter("mdpipe_request_phase_seconds",
                               "seconds of detect/point requests by phase: body (receive and parse), submit (image, "
                               "grammar, queueing), wait (until the result reached the event loop; 'wake' is its part "

@@ -7,8 +7,11 @@ a proxy with the part of the `Engine` API `app.serve` uses: `submit` (a handle w
 resolves and whose chunks arrive asynchronously), `cancel`, `queued`, `pools`, `decode_steps`,
 `prefill_steps`.
 
-Wire: one `multiprocessing` Pipe of small pickled tuples, one reader and one writer thread per side
-(a caller of `submit` never blocks on the pipe, so the server's event loop may call it).
+Wire: one `multiprocessing` Pipe of small pickled tuples, one reader thread and one `Sender` per side.
+A message without image bytes is written by the thread that sends it when nothing else is being
+written or waits (no thread hop, so no wait for the interpreter lock of a busy process); image
+bytes, and anything sent while a write is under way, go through the sender's writer thread in
+order. A caller of `submit` never blocks on a full pipe, so the server's event loop may call it.
 
     server → child   ("submit", rid, digest, data | None, skill, obj, options, stream, ack)
                      ("cancel", rid)   ("pause", bool)   ("stop",)
@@ -34,10 +37,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import multiprocessing
-import queue
 import signal
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
@@ -55,6 +57,74 @@ PASSED_ERRORS = (RequestError, EngineBusy, ImageError, Cancelled, DeadlineExceed
 
 class EngineGone(RuntimeError):
     """The engine process stopped; requests cannot be served until the server restarts."""
+
+
+class Sender:
+    """One side's writes to the pipe, in the order they were sent, from any thread.
+
+    `send(message)` writes a small message itself, in the caller's thread, when no write is under
+    way and none waits; otherwise (or with `bulky`, a message carrying image bytes, which could fill
+    the pipe and block) it queues the message for the writer thread (`run`), so the caller never
+    waits for the other side to read. A message that cannot be pickled goes to `unsendable(message,
+    error)`; a broken pipe stops the sending (the reader sees the end and fails what is pending)."""
+
+    def __init__(self, conn, unsendable: Callable[[tuple, Exception], None]) -> None:
+        self.conn, self.unsendable = conn, unsendable
+        self.cond = threading.Condition()
+        self.waiting: deque = deque()
+        self.writing = False   # a write is under way (by a caller or the writer thread)
+        self.broken = False
+        self.closed = False    # close() was called: what was sent before is written, nothing after
+        self.direct = 0        # messages written by their caller's thread (diagnostics, tests)
+        self.thread = threading.Thread(target=self.run, name="pipe-writer", daemon=True)
+
+    def start(self) -> Sender:
+        self.thread.start()
+        return self
+
+    def send(self, message: tuple, bulky: bool = False) -> None:
+        with self.cond:
+            if self.broken or self.closed:
+                return
+            if self.writing or self.waiting or bulky:
+                self.waiting.append(message)
+                self.cond.notify()
+                return
+            self.writing = True
+            self.direct += 1
+        self.write(message)
+
+    def close(self) -> None:
+        """Stop the writer thread once everything sent before is written."""
+        with self.cond:
+            self.closed = True
+            self.waiting.append(None)
+            self.cond.notify()
+
+    def run(self) -> None:
+        while True:
+            with self.cond:
+                while self.writing or not self.waiting:
+                    self.cond.wait()
+                message = self.waiting.popleft()
+                if message is None or self.broken:
+                    return
+                self.writing = True
+            self.write(message)
+
+    def write(self, message: tuple) -> None:
+        """Write one message (the caller holds the write turn) and hand the turn back."""
+        try:
+            self.conn.send(message)
+        except (OSError, ValueError):
+            with self.cond:
+                self.broken = True
+        except Exception as e:  # noqa: BLE001 - e.g. an option or result that cannot be pickled
+            self.unsendable(message, e)
+        finally:
+            with self.cond:
+                self.writing = False
+                self.cond.notify()
 
 
 @dataclass(frozen=True)
@@ -147,11 +217,9 @@ class EngineProcess:
         self.gone: str | None = None
         self.startup = ""
         self.loaded: Future = Future()
-        self.outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.sender = Sender(conn, self.unsendable).start()
         self.reader = threading.Thread(target=self.read, name="engine-process-reader", daemon=True)
-        self.writer = threading.Thread(target=self.write, name="engine-process-writer", daemon=True)
         self.reader.start()
-        self.writer.start()
 
     @classmethod
     def open(cls, *, start_timeout: float = 600.0, **options) -> EngineProcess:
@@ -186,8 +254,8 @@ class EngineProcess:
                 raise EngineGone(self.gone)
             self.handles[handle.id] = handle
         handle.sent = ("submit", handle.id, image.digest, data, skill, obj, options, on_object is not None, wait)
+        self.remember(image.digest)   # before the send: a "miss" for it may come back at once and forget it
         self.post(handle.sent)
-        self.remember(image.digest)
         if wait:
             try:
                 handle.ack.result()
@@ -265,8 +333,8 @@ class EngineProcess:
             self.post(("stop",))
         except EngineGone:
             pass
-        self.outbox.put(None)
-        self.writer.join(timeout)
+        self.sender.close()
+        self.sender.thread.join(timeout)
         self.process.join(timeout)
         if self.process.is_alive():
             self.process.kill()
@@ -276,22 +344,16 @@ class EngineProcess:
 
     # ---- plumbing ------------------------------------------------------------------------
     def post(self, message: tuple) -> None:
-        """Queue a message for the writer thread (never blocks); EngineGone once the child stopped."""
+        """Send a message to the child (never blocks on the pipe: `Sender`); EngineGone once the
+        child stopped."""
         if self.gone is not None:
             raise EngineGone(self.gone)
-        self.outbox.put(message)
+        self.sender.send(message, bulky=message[0] == "submit" and message[3] is not None)
 
-    def write(self) -> None:
-        """The writer thread: send what `post` queued, in order. A message that cannot be pickled
-        fails its own request; a broken pipe ends the thread (the reader then fails every request)."""
-        while (message := self.outbox.get()) is not None:
-            try:
-                self.conn.send(message)
-            except (OSError, ValueError):
-                return
-            except Exception as e:  # noqa: BLE001 - e.g. an option that cannot be pickled
-                if message[0] == "submit":
-                    self.refuse(message[1], RuntimeError(f"the request could not be sent ({one_line(e)})"))
+    def unsendable(self, message: tuple, error: Exception) -> None:
+        """A message that cannot be pickled fails its own request."""
+        if message[0] == "submit":
+            self.refuse(message[1], RuntimeError(f"the request could not be sent ({one_line(error)})"))
 
     def refuse(self, rid: int, error: BaseException) -> None:
         with self.lock:
@@ -350,7 +412,7 @@ class EngineProcess:
             self.gone = ("the engine process stopped" + ("" if code in (None, 0) else f" (exit code {code})")
                          + "; restart the server")
             handles, self.handles = list(self.handles.values()), {}
-        self.outbox.put(None)
+        self.sender.close()
         for future in [self.loaded] + [f for h in handles for f in (h.ack, h.future)]:
             if not future.done():
                 future.set_exception(EngineGone(self.gone))
@@ -359,13 +421,13 @@ class EngineProcess:
 # ---- the child --------------------------------------------------------------------------
 class EngineChild:
     """The engine's process: one reader (this thread) that submits requests on images it holds,
-    a small pool for those that need a decode (and their grammar's compilation), one writer
-    thread, the engine's own step loop."""
+    a small pool for those that need a decode (and their grammar's compilation), a `Sender` (results
+    leave from the engine thread that finished them), the engine's own step loop."""
 
     def __init__(self, conn, engine, image_cache_bytes: int) -> None:
         self.conn, self.engine = conn, engine
         self.images = ImageCache(image_cache_bytes)
-        self.outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.sender = Sender(conn, self.unsendable)
         self.handles: dict[int, object] = {}
         self.cancelled: set[int] = set()
         self.lock = threading.Lock()
@@ -376,8 +438,7 @@ class EngineChild:
         self.step = engine.step
 
     def run(self) -> None:
-        writer = threading.Thread(target=self.write, name="writer", daemon=True)
-        writer.start()
+        self.sender.start()
         threading.Thread(target=self.report, name="stats", daemon=True).start()
         self.engine.start()
         try:
@@ -402,8 +463,8 @@ class EngineChild:
             self.pool.shutdown(wait=True)
             self.engine.close()
             self.stopping.set()
-            self.outbox.put(None)
-            writer.join()
+            self.sender.close()
+            self.sender.thread.join()
 
     def submit(self, rid: int, digest: bytes, data: bytes | None, skill: str, obj, options: dict,
                stream: bool, ack: bool) -> None:
@@ -411,21 +472,21 @@ class EngineChild:
             if data is None:
                 image = self.images.cached(digest)
                 if image is None:
-                    self.outbox.put(("miss", rid))
+                    self.sender.send(("miss", rid))
                     return
             else:
                 image = self.images.get_or_decode(digest, lambda: data)
-            on_object = (lambda chunk: self.outbox.put(("chunk", rid, chunk))) if stream else None
+            on_object = (lambda chunk: self.sender.send(("chunk", rid, chunk))) if stream else None
             handle = self.engine.submit(image, skill, obj, on_object=on_object, **options)
         except Exception as e:  # noqa: BLE001 - every refusal goes back to the waiting server thread
-            self.outbox.put(("refused", rid, portable(e)))
+            self.sender.send(("refused", rid, portable(e)))
             return
         with self.lock:
             self.handles[rid] = handle
             cancel = rid in self.cancelled
             self.cancelled.discard(rid)
         if ack:
-            self.outbox.put(("accepted", rid))
+            self.sender.send(("accepted", rid))
         handle.future.add_done_callback(lambda future: self.finished(rid, future))
         if cancel:
             handle.cancel()
@@ -434,7 +495,7 @@ class EngineChild:
         with self.lock:
             self.handles.pop(rid, None)
         error = future.exception()
-        self.outbox.put(("done", rid, future.result()) if error is None else ("failed", rid, portable(error)))
+        self.sender.send(("done", rid, future.result()) if error is None else ("failed", rid, portable(error)))
 
     def cancel(self, rid: int) -> None:
         with self.lock:
@@ -458,18 +519,13 @@ class EngineChild:
             clock = getattr(engine, "step_clock", None)   # a stand-in engine (app.serve_cost) keeps none
             timing = ((engine.steps, clock.snapshot(), engine.decode_rows, engine.graphs_held) if clock is not None
                       else (0, dict.fromkeys(PHASES, (0.0, 0.0)), 0, 0))
-            self.outbox.put(("stats", engine.queued(), engine.pools(), engine.decode_steps, engine.prefill_steps,
+            self.sender.send(("stats", engine.queued(), engine.pools(), engine.decode_steps, engine.prefill_steps,
                              timing))
 
-    def write(self) -> None:
-        while (message := self.outbox.get()) is not None:
-            try:
-                self.conn.send(message)
-            except (OSError, ValueError):
-                return
-            except Exception as e:  # noqa: BLE001 - an unpicklable result: its request fails, not the writer
-                if message[0] in ("done", "chunk"):
-                    self.conn.send(("failed", message[1], RuntimeError(f"the answer could not be sent ({one_line(e)})")))
+    def unsendable(self, message: tuple, error: Exception) -> None:
+        """An answer that cannot be pickled fails its own request (queued: the write turn is still held)."""
+        if message[0] in ("done", "chunk"):
+            self.sender.send(("failed", message[1], RuntimeError(f"the answer could not be sent ({one_line(error)})")))
 
 
 def child_main(conn, options: dict) -> None:

@@ -127,6 +127,8 @@ def test_bad_options_are_one_clear_line():
         loadbench.main(["--preset", "tiny", "--device", "cpu", "--prefill-gather", "0", "--conc", "1"])
     with pytest.raises(SystemExit, match="crop_threads must be a positive whole number"):
         loadbench.main(["--preset", "tiny", "--device", "cpu", "--crop-threads", "0", "--conc", "1"])
+    with pytest.raises(SystemExit, match="client-processes"):
+        loadbench.main(["--preset", "tiny", "--device", "cpu", "--client-processes", "2", "--conc", "1"])
 
 
 def test_loadbench_drives_the_http_server(tmp_path):
@@ -144,9 +146,17 @@ def test_loadbench_drives_the_http_server(tmp_path):
         assert main(["--device", "cpu", "--preset", "tiny", "--url", server.url, "--max-objects", "3",
                      "--size", "120x90", "--tasks", "detect", "--conc", "1,2", "--requests", "2", "--per-client", "2",
                      "--json", str(out)]) == 0
+        spread = tmp_path / "processes.json"   # the same clients from two processes
+        assert main(["--device", "cpu", "--preset", "tiny", "--url", server.url, "--max-objects", "3",
+                     "--size", "120x90", "--tasks", "point", "--conc", "3", "--per-client", "2",
+                     "--client-processes", "2", "--json", str(spread)]) == 0
     finally:
         server.close()
         engine.close()
+    spread = json.loads(spread.read_text())
+    assert spread["client_processes"] == 2 and spread["target"].startswith("python -m app.serve")
+    assert [(r["image"], r["c"], r["requests"]) for r in spread["rows"]] == [("unique", 3, 6), ("same", 3, 6)]
+    assert all(r["req_per_s"] > 0 and r["latency_mean_ms"] > 0 for r in spread["rows"])
     report = json.loads(out.read_text())
     assert report["target"].startswith("python -m app.serve")
     assert [(r["image"], r["c"]) for r in report["rows"]] == [("unique", 1), ("unique", 2), ("same", 1), ("same", 2)]
@@ -163,3 +173,6 @@ def test_loadbench_drives_the_http_server(tmp_path):
         phases = r["server_ms_per_request"]
         assert set(phases) == {"body", "submit", "wait", "wake", "reply"} and all(v >= 0 for v in phases.values())
         assert phases["wake"] <= phases["wait"] and r["outside_server_ms_per_request"] >= 0
+        # the event loop's CPU is part of the process's, and it cannot be busy longer than the row
+        assert 0 < r["server_loop_cpu_ms_per_request"] <= r["server_process_cpu_ms_per_request"]
+        assert 0 < r["server_loop_busy"] <= 1.05

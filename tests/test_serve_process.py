@@ -160,3 +160,62 @@ def test_an_image_the_child_no_longer_holds_is_sent_again(scene):
     finally:
         proxy.close()
     assert not proxy.process.is_alive()
+
+
+class GatedConnection:
+    """A pipe end that records what is sent and by which thread; a send of a message whose kind is
+    `hold` waits until `release` is set (a write still under way)."""
+
+    def __init__(self, hold: str = "") -> None:
+        import threading
+        self.sent: list[tuple[tuple, int]] = []
+        self.hold, self.release, self.holding = hold, threading.Event(), threading.Event()
+
+    def send(self, message: tuple) -> None:
+        import threading
+        if message[0] == self.hold:
+            self.holding.set()
+            assert self.release.wait(30)
+        if message[0] == "unpicklable":
+            raise TypeError("cannot pickle 'generator' object")
+        self.sent.append((message, threading.get_ident()))
+
+
+def test_the_sender_writes_small_messages_itself_and_keeps_the_order():
+    import threading
+    from app.serve_process import Sender
+    conn, refused = GatedConnection(hold="bulky"), []
+    sender = Sender(conn, lambda message, error: refused.append((message, str(error)))).start()
+    me = threading.get_ident()
+    sender.send(("first",))                      # nothing under way: written by this thread
+    assert conn.sent == [(("first",), me)] and sender.direct == 1
+    sender.send(("bulky", b"image bytes"), bulky=True)   # always through the writer thread
+    assert conn.holding.wait(30)                 # ... which is now blocked writing it
+    sender.send(("second",))                     # a write is under way: queued behind it
+    sender.send(("unpicklable",))
+    sender.send(("third",))
+    assert [m for m, _ in conn.sent] == [("first",)] and sender.direct == 1
+    conn.release.set()
+    sender.close()
+    sender.thread.join(30)
+    assert [m for m, _ in conn.sent] == [("first",), ("bulky", b"image bytes"), ("second",), ("third",)]
+    assert all(tid == sender.thread.ident for _, tid in conn.sent[1:])
+    assert refused == [(("unpicklable",), "cannot pickle 'generator' object")]
+    sender.send(("after close",))                # nothing writes it any more, and nothing blocks
+    assert len(conn.sent) == 4
+
+
+def test_a_broken_pipe_stops_the_sender_without_raising():
+    from app.serve_process import Sender
+
+    class Broken:
+        def send(self, message):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    sender = Sender(Broken(), lambda message, error: pytest.fail("not an unpicklable message")).start()
+    sender.send(("submit", 1))
+    sender.send(("submit", 2), bulky=True)
+    assert sender.broken
+    sender.close()
+    sender.thread.join(30)
+    assert not sender.thread.is_alive()

@@ -25,7 +25,9 @@ import contextlib
 import http.client
 import io
 import json
+import multiprocessing
 import platform
+import queue
 import re
 import threading
 import time
@@ -120,7 +122,7 @@ class HttpTarget:
         parts = urllib.parse.urlsplit(url.rstrip("/"))
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise SystemExit(f"--url must look like http://HOST:PORT/v1, got {url!r}")
-        self.url = url.rstrip("/")
+        self.url, self.api_key = url.rstrip("/"), api_key
         self.path = parts.path
         self.connect = lambda: (http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection)(
             parts.hostname, parts.port, timeout=600)
@@ -211,6 +213,14 @@ class HttpTarget:
         value = self.metrics().get("mdpipe_cuda_graphs")
         return None if value is None else int(value)
 
+    def server_cpu(self) -> tuple[float, float] | None:
+        """(CPU seconds of the server's event-loop thread, of its whole process) so far, from its
+        /metrics, or None when it does not say."""
+        values = self.metrics()
+        if "mdpipe_server_loop_cpu_seconds" not in values:
+            return None
+        return values["mdpipe_server_loop_cpu_seconds"], values["mdpipe_server_process_cpu_seconds"]
+
     def server_times(self) -> dict[str, float]:
         """{phase: seconds so far} of the server's detect/point requests (app.serve's
         mdpipe_request_phase_seconds): body, submit, wait (its part after the engine finished: wake), reply."""
@@ -218,13 +228,106 @@ class HttpTarget:
         return {name[len(prefix):-2]: value for name, value in self.metrics().items() if name.startswith(prefix)}
 
 
+class ClientProcesses:
+    """`run_wave`'s clients over HTTP spread over `processes` spawned interpreters (threads in each),
+    so that the clients do not queue on one interpreter lock: a server's users are separate programs.
+    Each process starts and encodes its `same` image before the wave; `start()` releases them all
+    at once and `join()` collects every latency (the `Thread` interface `run_wave` uses)."""
+
+    def __init__(self, target: HttpTarget, images: ImageSource, task: str, clients: int, per_client: int,
+                 max_objects: int, think: float, processes: int) -> None:
+        if not isinstance(target, HttpTarget):
+            raise SystemExit("--client-processes needs --url (the in-process engine's clients share its process)")
+        ctx = multiprocessing.get_context("spawn")
+        self.go, self.results = ctx.Event(), ctx.Queue()
+        shares = [clients // processes + (k < clients % processes) for k in range(processes)]
+        first = np.cumsum([0] + shares[:-1]).tolist()
+        self.children = [ctx.Process(target=client_process, daemon=True, args=(
+            target.url, target.api_key, images.base, images.mode, k, first[k], shares[k], task, per_client, max_objects,
+            think, self.go, self.results)) for k in range(processes) if shares[k]]
+        for child in self.children:
+            child.start()
+        for _ in self.children:   # each says "ready" once it can send: before the timed window
+            self.receive()
+        self.latencies: list[float] = []
+        self.errors: list[BaseException] = []
+
+    def start(self) -> None:
+        self.go.set()
+
+    def receive(self):
+        """The next message of any child; a child that died fails the wave with one line."""
+        while True:
+            try:
+                return self.results.get(timeout=1.0)
+            except queue.Empty:
+                dead = [c.exitcode for c in self.children if c.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"a client process exited with code {dead[0]}") from None
+
+    def join(self) -> None:
+        """Every child's latencies (each sends them when its last request is answered)."""
+        for _ in self.children:
+            latencies, errors = self.receive()
+            self.latencies += latencies
+            self.errors += [MismatchError(e[1]) if e[0] == "mismatch" else RuntimeError(e[1]) for e in errors]
+
+    def close(self) -> None:
+        """Wait for the children to exit (outside the timed window: an interpreter's exit takes ~1 s)."""
+        for child in self.children:
+            child.join()
+
+
+def client_process(url: str, api_key: str | None, base: np.ndarray, mode: str, index: int, first_client: int,
+                   clients: int, task: str, per_client: int, max_objects: int, think: float, go, results) -> None:
+    """One `ClientProcesses` interpreter: `clients` threads (numbered from `first_client`, for their
+    pause draws) on their own connections; latencies and errors back through `results`."""
+    target, images = HttpTarget(url, api_key), ImageSource(1, 1, mode, 0)
+    images.base, images.counter = base, index * 1_000_000   # unique images differ across processes
+    target.keep(images.base)
+    latencies: list[float] = []
+    errors: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def client(number: int) -> None:
+        draws = np.random.default_rng(number)
+        for i in range(per_client):
+            if think and i:
+                time.sleep(float(draws.uniform(0.0, 2.0 * think)))
+            image = images.next()
+            start = time.perf_counter()
+            try:
+                result, _ = target.send(image, task, max_objects)
+            except Exception as e:  # noqa: BLE001 - reported by the parent
+                with lock:
+                    errors.append(("error", f"{type(e).__name__}: {e}"))
+                return
+            end = time.perf_counter()
+            found = len(result["objects" if task == "detect" else "points"])
+            with lock:
+                if found != max_objects:
+                    errors.append(("mismatch", f"a {task} request returned {found} objects, not {max_objects}"))
+                latencies.append(end - start)
+
+    threads = [threading.Thread(target=client, args=(first_client + i,), daemon=True) for i in range(clients)]
+    results.put("ready")
+    go.wait()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    results.put((latencies, errors))
+
+
 def run_wave(target, images: ImageSource, task: str, clients: int, per_client: int, max_objects: int,
-             stacks: int = 0, think: float = 0.0, pause: Callable[[float], None] = time.sleep) -> dict:
+             stacks: int = 0, think: float = 0.0, pause: Callable[[float], None] = time.sleep,
+             processes: int = 1) -> dict:
     """`clients` threads, `per_client` requests each, closed loop. Returns raw timings; with
     `stacks`, also the engine thread's `stacks` most sampled stack chains (`StackSampler`). With
     `think` (seconds), each client pauses between two requests for a time drawn uniformly from
     [0, 2 × think] (its own seeded draws): the turnaround an HTTP client and server add, and the
-    spread it gives arrivals, without HTTP."""
+    spread it gives arrivals, without HTTP. With `processes` > 1 (an `HttpTarget` only) the clients
+    run in that many processes (`ClientProcesses`)."""
     latencies: list[float] = []
     first_object: list[float] = []
     errors: list[BaseException] = []
@@ -252,6 +355,9 @@ def run_wave(target, images: ImageSource, task: str, clients: int, per_client: i
                 first_object.append(first - start if first is not None else float("nan"))
 
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
+    if processes > 1:   # the clients in `processes` interpreters instead (HTTP only)
+        pool = ClientProcesses(target, images, task, clients, per_client, max_objects, think, processes)
+        threads = [pool]
     timed = getattr(target, "engine_times", None)
     served = getattr(target, "server_times", None)
     thread_id = getattr(target, "thread_id", lambda: None)()
@@ -259,7 +365,8 @@ def run_wave(target, images: ImageSource, task: str, clients: int, per_client: i
     # the engine's clocks are read inside the timed window, so that its verbs' time in the window
     # never exceeds the window's
     held = getattr(target, "graphs", lambda: None)
-    steps0, served0, graphs0 = target.steps(), served() if served else None, held()
+    cpu = getattr(target, "server_cpu", lambda: None)
+    steps0, served0, graphs0, cpu0 = target.steps(), served() if served else None, held(), cpu()
     start = time.perf_counter()
     times0 = timed() if timed else None
     with sampler:
@@ -269,7 +376,10 @@ def run_wave(target, images: ImageSource, task: str, clients: int, per_client: i
             t.join()
     times = timed() if timed else None
     wall = time.perf_counter() - start
-    steps, served1, graphs1 = target.steps(), served() if served else None, held()
+    steps, served1, graphs1, cpu1 = target.steps(), served() if served else None, held(), cpu()
+    if processes > 1:
+        pool.close()
+        latencies, first_object, errors = pool.latencies, [float("nan")] * len(pool.latencies), pool.errors
     if errors:
         raise errors[0]
     raw = {"latencies": latencies, "first_object": first_object, "wall": wall,
@@ -278,6 +388,8 @@ def run_wave(target, images: ImageSource, task: str, clients: int, per_client: i
         raw["graphs_captured"] = graphs1 - graphs0
     if served1:
         raw["server_s"] = {k: v - served0.get(k, 0.0) for k, v in served1.items()}
+    if cpu0 is not None and cpu1 is not None:
+        raw["server_cpu_s"] = [b - a for a, b in zip(cpu0, cpu1)]   # event-loop thread, whole process
     if isinstance(sampler, StackSampler):
         raw["stacks"] = sampler.top(stacks)
     if times is not None:
@@ -331,7 +443,12 @@ def server_phases(raw: dict, n: int, latency_ms: float) -> dict:
         return {}
     per = {k: v / n * 1e3 for k, v in raw["server_s"].items()}
     inside = sum(per.get(k, 0.0) for k in ("body", "submit", "wait", "reply"))
-    return {"server_ms_per_request": per, "outside_server_ms_per_request": latency_ms - inside}
+    cpu = {}
+    if "server_cpu_s" in raw:   # the event loop's share of the wall time: near 1, requests queue for it
+        loop, process = raw["server_cpu_s"]
+        cpu = {"server_loop_cpu_ms_per_request": loop / n * 1e3, "server_process_cpu_ms_per_request": process / n * 1e3,
+               "server_loop_busy": loop / raw["wall"]}
+    return {"server_ms_per_request": per, "outside_server_ms_per_request": latency_ms - inside, **cpu}
 
 
 def engine_thread(raw: dict) -> dict:
@@ -392,6 +509,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="drive a running `python -m app.serve` at URL (e.g. http://127.0.0.1:2020/v1) instead of "
                         "an in-process engine; start it with --weights DIR --no-repeat-guard, DIR from --save-checkpoint")
     p.add_argument("--api-key", default=None, help="the server's --api-key (with --url)")
+    p.add_argument("--client-processes", type=int, default=1, metavar="P",
+                   help="with --url: spread the client threads over P processes, so that they do not queue on one "
+                        "interpreter lock (default 1: every client a thread of this process)")
     p.add_argument("--save-checkpoint", default=None, metavar="DIR",
                    help="only write this scenario's model (random weights, coordinate logit raised) as a "
                         "checkpoint directory for `python -m app.serve --weights DIR`, then exit")
@@ -404,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
         if m not in ("unique", "same"):
             raise SystemExit(f"--modes: unknown mode {m!r} (use unique, same)")
     conc = [int(c) for c in args.conc.split(",")]
+    if args.client_processes < 1 or (args.client_processes > 1 and args.url is None):
+        raise SystemExit("--client-processes must be 1, or more with --url (the in-process engine's clients are its threads)")
     if not 0 <= args.think_ms <= 60_000:
         raise SystemExit(f"--think-ms must be between 0 and 60000, got {args.think_ms:g}")
     width, height = parse_size(args.size)
@@ -453,7 +575,8 @@ def main(argv: list[str] | None = None) -> int:
                         target.keep(warm.base)
                     run_wave(target, warm, task, c, 1, args.max_objects)
                     raw = run_wave(target, images, task, c, args.requests if c == 1 else args.per_client,
-                                   args.max_objects, stacks=args.stacks, think=args.think_ms / 1e3)
+                                   args.max_objects, stacks=args.stacks, think=args.think_ms / 1e3,
+                                   processes=min(args.client_processes, c))
                     rows.append(summarise(task, mode, c, raw))
                     print(f"  {task} {mode} c={c}: {rows[-1]['req_per_s']:.1f} req/s", flush=True)
     except MismatchError as e:
@@ -463,6 +586,8 @@ def main(argv: list[str] | None = None) -> int:
             engine.close()
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
     think = f"; clients pause {args.think_ms:g} ms on average between requests" if args.think_ms else ""
+    if args.client_processes > 1:
+        think += f"; clients in {args.client_processes} processes"
     print(f"{args.preset} {dtype} on {gpu}; {width}x{height} images, {args.max_objects} objects/request; {where}{think}")
     if probe:
         print("prefill step of new images (vision + prefix + prompt): "
@@ -494,13 +619,18 @@ def main(argv: list[str] | None = None) -> int:
     served_rows = [r for r in rows if "server_ms_per_request" in r]
     if served_rows:
         print("server, ms per request (wake: the part of wait after the engine finished, when the server can tell)")
+        print("  (loop CPU, process CPU: the server's event-loop thread and whole process, CPU ms per request; "
+              "loop busy: the loop thread's CPU over the row's wall time)")
         print(f"{'task':>6} {'image':>6} {'c':>3} {'body':>7} {'submit':>7} {'wait':>8} {'wake':>7} {'reply':>6} "
-              f"{'outside':>8}")
+              f"{'outside':>8} {'loop CPU':>8} {'process CPU':>11} {'loop busy':>9}")
         for r in served_rows:
             p = r["server_ms_per_request"]
             wake = "n/a" if "wake" not in p else format(p["wake"], ".2f")
+            cpu = (f"{r['server_loop_cpu_ms_per_request']:>8.2f} {r['server_process_cpu_ms_per_request']:>11.2f} "
+                   f"{r['server_loop_busy']:>9.2f}" if "server_loop_busy" in r else f"{'n/a':>8} {'n/a':>11} {'n/a':>9}")
             print(f"{r['task']:>6} {r['image']:>6} {r['c']:>3} {p.get('body', 0):>7.2f} {p.get('submit', 0):>7.2f} "
-                  f"{p.get('wait', 0):>8.2f} {wake:>7} {p.get('reply', 0):>6.2f} {r['outside_server_ms_per_request']:>8.2f}")
+                  f"{p.get('wait', 0):>8.2f} {wake:>7} {p.get('reply', 0):>6.2f} {r['outside_server_ms_per_request']:>8.2f} "
+                  f"{cpu}")
     if args.json:
         with open(args.json, "w") as f:
             settings = {} if engine is None else {
@@ -509,7 +639,8 @@ def main(argv: list[str] | None = None) -> int:
                 "prefill_wait": engine.config.prefill_wait, "prefill_gather": engine.config.prefill_gather,
                 "prefix_cache_size": args.prefix_cache}
             json.dump({"device": gpu, "preset": args.preset, "dtype": dtype, "size": [width, height],
-                       "max_objects": args.max_objects, "target": where, "think_ms": args.think_ms, **settings,
+                       "max_objects": args.max_objects, "target": where, "think_ms": args.think_ms,
+                       "client_processes": args.client_processes, **settings,
                        "prefill_ms": {str(n): ms for n, ms in probe.items()}, "torch": torch.__version__, "rows": rows}, f, indent=2)
     return 0
 
