@@ -2,7 +2,7 @@
 
     python -m app.serve [--host 127.0.0.1] [--port 2020] [--weights DIR|ID] [--device auto] [--dtype auto]
                         [--api-key KEY] [--max-batch 16] [--max-queue 256] [--prefill-wait 2] [--timeout 300]
-                        [--max-body-mb 32] [--image-cache-mb 256] [--engine-process]
+                        [--max-body-mb 32] [--image-cache-mb 256] [--engine-thread]
                         [--ray [--replicas N] [--gpus-per-replica G] [--address ADDR]]
 
 Existing code written for the official `moondream` client runs unchanged against it:
@@ -19,9 +19,10 @@ OpenAI shape: one image and one question), plus `/health` and
 `{"json_schema": {...}}` (the parsed JSON comes back), `{"regex": "..."}` or `{"choices": [...]}`. Errors are one line, `{"error": "..."}`: 400 a bad request (image, object, settings),
 401 a wrong or missing API key (`X-Moondream-Auth` or `Authorization: Bearer`, compared in
 constant time), 413 a body over `--max-body-mb`, 429 the engine's queue is full (`Retry-After`),
-503 the engine process stopped (`--engine-process`), 504 the request missed its deadline (`--timeout`). A client that disconnects cancels its request:
-the engine frees its row. With `--engine-process` the engine's step loop runs in a child process
-(`app.serve_process`), so the server's Python does not compete with it for the GIL. The server binds 127.0.0.1 unless `--host` says otherwise and sends no
+503 the engine process stopped, 504 the request missed its deadline (`--timeout`). A client that disconnects cancels its request:
+the engine frees its row. The engine's step loop runs in a child process (`app.serve_process`), so the
+server's Python does not compete with it for the GIL; `--engine-thread` runs it in a thread of the
+server's process instead. The server binds 127.0.0.1 unless `--host` says otherwise and sends no
 CORS headers.
 """
 
@@ -471,8 +472,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-body-mb", type=float, default=32.0, metavar="MB", help="largest request body (default 32)")
     p.add_argument("--image-cache-mb", type=float, default=256.0, metavar="MB",
                    help="decoded images kept, so a repeated image skips its decode (default 256 MB; 0: none)")
-    p.add_argument("--engine-process", action="store_true",
-                   help="run the engine's step loop in its own process (the server's Python then leaves it alone)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--engine-process", dest="engine_process", action="store_true", default=None,
+                       help="run the engine's step loop in its own process, so the server's Python leaves it alone "
+                            "(the default; not with --ray, whose replicas are processes of their own)")
+    where.add_argument("--engine-thread", dest="engine_process", action="store_false",
+                       help="run the engine's step loop in a thread of the server's process instead")
     p.add_argument("--no-repeat-guard", dest="repeat_guard", action="store_false",
                    help="keep near-duplicate objects (benchmarks on random weights: engine.loadbench --url)")
     ray = p.add_argument_group("scale-out with Ray Serve (pip install -e .[ray])")
@@ -484,6 +489,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.ray and args.engine_process:
         p.error("--engine-process does not combine with --ray (each Ray replica is already a process of its own)")
+    if args.engine_process is None:   # the default: a child process, unless Ray runs the replicas
+        args.engine_process = not args.ray
     if args.replicas < 1:
         p.error(f"--replicas must be at least 1, got {args.replicas}")
     if not 0 < args.port < 65536:

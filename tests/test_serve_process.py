@@ -123,11 +123,15 @@ def test_errors_cross_the_pipe_as_the_engines_own(served, scene):
         time.sleep(0.01)
 
 
-def test_the_engine_process_flag(capsys):
-    assert parse_args(["--engine-process"]).engine_process and not parse_args([]).engine_process
+def test_the_engine_runs_in_a_child_process_unless_told_otherwise(capsys):
+    assert parse_args([]).engine_process and parse_args(["--engine-process"]).engine_process
+    assert not parse_args(["--engine-thread"]).engine_process
+    assert not parse_args(["--ray"]).engine_process          # Ray's replicas are processes already
     with pytest.raises(SystemExit):
         parse_args(["--engine-process", "--ray"])
     assert "does not combine with --ray" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--engine-process", "--engine-thread"])
 
 
 def test_a_request_that_does_not_wait_gets_its_refusal_as_its_result(served, scene):
