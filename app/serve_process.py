@@ -75,7 +75,6 @@ class Sender:
         self.writing = False   # a write is under way (by a caller or the writer thread)
         self.broken = False
         self.closed = False    # close() was called: what was sent before is written, nothing after
-        self.direct = 0        # messages written by their caller's thread (diagnostics, tests)
         self.thread = threading.Thread(target=self.run, name="pipe-writer", daemon=True)
 
     def start(self) -> Sender:
@@ -91,7 +90,6 @@ class Sender:
                 self.cond.notify()
                 return
             self.writing = True
-            self.direct += 1
         self.write(message)
 
     def close(self) -> None:

@@ -285,38 +285,47 @@ def client_process(url: str, api_key: str | None, base: np.ndarray, mode: str, i
     target, images = HttpTarget(url, api_key), ImageSource(1, 1, mode, 0)
     images.base, images.counter = base, index * 1_000_000   # unique images differ across processes
     target.keep(images.base)
-    latencies: list[float] = []
-    errors: list[tuple[str, str]] = []
+    raw: dict = {"latencies": [], "first_object": [], "errors": []}
     lock = threading.Lock()
-
-    def client(number: int) -> None:
-        draws = np.random.default_rng(number)
-        for i in range(per_client):
-            if think and i:
-                time.sleep(float(draws.uniform(0.0, 2.0 * think)))
-            image = images.next()
-            start = time.perf_counter()
-            try:
-                result, _ = target.send(image, task, max_objects)
-            except Exception as e:  # noqa: BLE001 - reported by the parent
-                with lock:
-                    errors.append(("error", f"{type(e).__name__}: {e}"))
-                return
-            end = time.perf_counter()
-            found = len(result["objects" if task == "detect" else "points"])
-            with lock:
-                if found != max_objects:
-                    errors.append(("mismatch", f"a {task} request returned {found} objects, not {max_objects}"))
-                latencies.append(end - start)
-
-    threads = [threading.Thread(target=client, args=(first_client + i,), daemon=True) for i in range(clients)]
+    threads = [threading.Thread(target=closed_loop_client, daemon=True, args=(
+        target, images, task, per_client, max_objects, think, time.sleep, first_client + i, raw, lock))
+        for i in range(clients)]
     results.put("ready")
     go.wait()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    results.put((latencies, errors))
+    errors = [("mismatch", str(e)) if isinstance(e, MismatchError) else ("error", f"{type(e).__name__}: {e}")
+              for e in raw["errors"]]   # as (kind, line): any exception crosses the queue
+    results.put((raw["latencies"], errors))
+
+
+def closed_loop_client(target, images: ImageSource, task: str, per_client: int, max_objects: int, think: float,
+                       pause: Callable[[float], None], number: int, raw: dict, lock: threading.Lock) -> None:
+    """One client of a wave: `per_client` requests one after another (a pause of uniform
+    0..2×`think` s between two, its own draws seeded by `number`), each checked for `max_objects`
+    objects; latencies, times to first object and errors appended to `raw`'s lists under `lock`.
+    A failed request ends this client."""
+    draws = np.random.default_rng(number)
+    for i in range(per_client):
+        if think and i:
+            pause(float(draws.uniform(0.0, 2.0 * think)))
+        image = images.next()
+        start = time.perf_counter()
+        try:
+            result, first = target.send(image, task, max_objects)
+        except BaseException as e:  # reported after the wave
+            with lock:
+                raw["errors"].append(e)
+            return
+        end = time.perf_counter()
+        found = len(result["objects" if task == "detect" else "points"])
+        with lock:
+            if found != max_objects:
+                raw["errors"].append(MismatchError(f"a {task} request returned {found} objects, not {max_objects}"))
+            raw["latencies"].append(end - start)
+            raw["first_object"].append(first - start if first is not None else float("nan"))
 
 
 def run_wave(target, images: ImageSource, task: str, clients: int, per_client: int, max_objects: int,
@@ -328,36 +337,14 @@ def run_wave(target, images: ImageSource, task: str, clients: int, per_client: i
     [0, 2 × think] (its own seeded draws): the turnaround an HTTP client and server add, and the
     spread it gives arrivals, without HTTP. With `processes` > 1 (an `HttpTarget` only) the clients
     run in that many processes (`ClientProcesses`)."""
-    latencies: list[float] = []
-    first_object: list[float] = []
-    errors: list[BaseException] = []
+    clients_raw: dict = {"latencies": [], "first_object": [], "errors": []}
     lock = threading.Lock()
-
-    def client(index: int) -> None:
-        draws = np.random.default_rng(index)
-        for i in range(per_client):
-            if think and i:
-                pause(float(draws.uniform(0.0, 2.0 * think)))
-            image = images.next()
-            start = time.perf_counter()
-            try:
-                result, first = target.send(image, task, max_objects)
-            except BaseException as e:  # reported after the wave
-                with lock:
-                    errors.append(e)
-                return
-            end = time.perf_counter()
-            found = len(result["objects" if task == "detect" else "points"])
-            with lock:
-                if found != max_objects:
-                    errors.append(MismatchError(f"a {task} request returned {found} objects, not {max_objects}"))
-                latencies.append(end - start)
-                first_object.append(first - start if first is not None else float("nan"))
-
-    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
     if processes > 1:   # the clients in `processes` interpreters instead (HTTP only)
         pool = ClientProcesses(target, images, task, clients, per_client, max_objects, think, processes)
         threads = [pool]
+    else:
+        threads = [threading.Thread(target=closed_loop_client, daemon=True, args=(
+            target, images, task, per_client, max_objects, think, pause, i, clients_raw, lock)) for i in range(clients)]
     timed = getattr(target, "engine_times", None)
     served = getattr(target, "server_times", None)
     thread_id = getattr(target, "thread_id", lambda: None)()
@@ -377,6 +364,7 @@ def run_wave(target, images: ImageSource, task: str, clients: int, per_client: i
     times = timed() if timed else None
     wall = time.perf_counter() - start
     steps, served1, graphs1, cpu1 = target.steps(), served() if served else None, held(), cpu()
+    latencies, first_object, errors = clients_raw["latencies"], clients_raw["first_object"], clients_raw["errors"]
     if processes > 1:
         pool.close()
         latencies, first_object, errors = pool.latencies, [float("nan")] * len(pool.latencies), pool.errors
