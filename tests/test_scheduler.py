@@ -408,19 +408,26 @@ def test_admission_waits_a_step_rather_than_raise_the_decode_bucket():
     assert [a.seq.row for a in fresh.admit(0, 64, lambda key: "prefix", lambda s: True, bucket)] == list(range(33))
 
 
+def bucketed_engine(tokenizer, max_batch: int, objects_for, record: str):
+    """A fake engine whose runner rounds batches up to the real runner's buckets and records the
+    batch of every call of its method `record` (launch_decode or finalize): (engine, runner,
+    buckets, the batches recorded)."""
+    from engine.worker.runner import batch_buckets
+
+    engine, runner = fake_engine(tokenizer, max_batch=max_batch, prefix_cache_size=4)
+    buckets = batch_buckets(max_batch)
+    runner.batch_bucket = lambda n: next(b for b in buckets if b >= n)
+    runner.objects_for = objects_for
+    seen, method = [], getattr(runner, record)
+    setattr(runner, record, lambda slot, batch, *a: seen.append(batch) or method(slot, batch, *a))
+    return engine, runner, buckets, seen
+
+
 def test_closed_loop_clients_keep_the_decode_bucket_at_their_number(tokenizer):
     # 32 clients that resubmit as soon as their answer arrives, on a 64-row engine: their
     # requests come back while the finished rows still ride a launched step; without waiting for
     # those rows the decode batch drifts to buckets of 48 and 64 rows (a mean of ~52 here).
-    from engine.worker.runner import batch_buckets
-
-    engine, runner = fake_engine(tokenizer, max_batch=64, prefix_cache_size=4)
-    buckets = batch_buckets(64)
-    runner.batch_bucket = lambda n: next(b for b in buckets if b >= n)
-    runner.objects_for = lambda prompt: 3 + sum(prompt) % 5
-    batches = []
-    launch_decode = runner.launch_decode
-    runner.launch_decode = lambda slot, batch, *a: batches.append(batch) or launch_decode(slot, batch, *a)
+    engine, runner, _, batches = bucketed_engine(tokenizer, 64, lambda prompt: 3 + sum(prompt) % 5, "launch_decode")
     handles = [engine.submit(IMAGES[0], "detect", "car", max_objects=10) for _ in range(32)]
     answered = 0
     while answered < 400:
@@ -430,3 +437,23 @@ def test_closed_loop_clients_keep_the_decode_bucket_at_their_number(tokenizer):
                 answered += 1
                 handles[i] = engine.submit(IMAGES[0], "detect", "car", max_objects=10)
     assert np.mean(batches) < 34 and max(batches) <= 48
+
+
+def test_every_step_samples_a_batch_bucket_so_no_graph_is_captured_while_serving(tokenizer):
+    # Sampling runs a CUDA graph per batch size, captured up front for the buckets only. A
+    # prefill step with no row decoding used to sample max(rows) + 1 rows (3 for rows 0..2),
+    # a size no graph existed for: it was captured in the middle of serving.
+    engine, runner, buckets, sampled = bucketed_engine(tokenizer, 16, lambda prompt: 1 + sum(prompt) % 3, "finalize")
+    rng = np.random.default_rng(3)
+    handles = []
+    for _ in range(40):   # waves of 1-3 requests, arriving on an idle engine or while rows decode
+        handles += [engine.submit(IMAGES[int(rng.integers(2))], "point", "car") for _ in range(rng.integers(1, 4))]
+        for _ in range(rng.integers(4)):
+            engine.step()
+        if rng.random() < 0.5:
+            while not all(h.future.done() for h in handles):
+                engine.step()
+    while not all(h.future.done() for h in handles):
+        engine.step()
+    assert [len(rows) for rows in runner.prefills].count(3) > 0   # e.g. rows 0..2 on an idle engine
+    assert set(sampled) <= set(buckets)

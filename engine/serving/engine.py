@@ -411,10 +411,10 @@ class Engine:
         rows = [a.seq.row for a in admitted]
         self.scheduler.on_launch(rows, advance_position=False)
         self.prefill_steps += 1
-        if plan is None:
-            return self.pipeline.launch("prefill", rows, max(rows) + 1)
-        rows = sorted(rows + plan.rows)
-        return self.pipeline.launch("mixed", rows, self.runner.batch_bucket(rows[-1] + 1))
+        if plan is not None:
+            rows = sorted(rows + plan.rows)
+        # Sampled over a batch bucket, as a decode step is: a captured sampling graph of that size exists.
+        return self.pipeline.launch("prefill" if plan is None else "mixed", rows, self.runner.batch_bucket(max(rows) + 1))
 
     def _finalize(self, step: Step) -> None:
         states, active = self.scheduler.mask_states(step.rows, step.batch)
