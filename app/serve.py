@@ -2,7 +2,7 @@
 
     python -m app.serve [--host 127.0.0.1] [--port 2020] [--weights DIR|ID] [--device auto] [--dtype auto]
                         [--api-key KEY] [--max-batch 16] [--max-queue 256] [--prefill-wait 2] [--timeout 300]
-                        [--max-body-mb 32] [--image-cache-mb 256] [--engine-thread]
+                        [--max-body-mb 32] [--image-cache-mb 256] [--http-workers 1] [--engine-thread]
                         [--ray [--replicas N] [--gpus-per-replica G] [--address ADDR]]
 
 Existing code written for the official `moondream` client runs unchanged against it:
@@ -22,7 +22,8 @@ constant time), 413 a body over `--max-body-mb`, 429 the engine's queue is full 
 503 the engine process stopped, 504 the request missed its deadline (`--timeout`). A client that disconnects cancels its request:
 the engine frees its row. The engine's step loop runs in a child process (`app.serve_process`), so the
 server's Python does not compete with it for the GIL; `--engine-thread` runs it in a thread of the
-server's process instead. The server binds 127.0.0.1 unless `--host` says otherwise and sends no
+server's process instead. `--http-workers N` answers HTTP from N server processes on the one port,
+each over its own pipe to the engine process (`app.serve_workers`). The server binds 127.0.0.1 unless `--host` says otherwise and sends no
 CORS headers.
 """
 
@@ -40,7 +41,6 @@ from contextlib import aclosing
 from dataclasses import dataclass
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -49,6 +49,7 @@ from starlette.routing import Route
 
 from app.common import one_line, warm_up
 from app.serve_images import BadImageURL, ImageCache
+from app.serve_metrics import Metrics
 from app.serve_process import EngineGone, EngineProcess, ImageRefs
 from engine.model.pretrained import add_model_arguments
 from engine import (DEFAULT_MAX_OBJECTS, OBJECT_SKILLS, Cancelled, Choices, DeadlineExceeded, Engine, EngineBusy,
@@ -90,61 +91,6 @@ class ServeLimits:
     timeout: float = 300.0           # seconds per request, enforced by the engine
     retry_after: int = 1             # seconds, with 429
     image_cache_bytes: int = 256 << 20  # decoded pixels kept (a repeated image skips its decode)
-
-
-class Metrics:
-    """Prometheus series of one server (own registry: several servers may share a process)."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.registry = CollectorRegistry()
-        self.requests = Counter("mdpipe_requests", "HTTP API requests by endpoint and status",
-                                ["endpoint", "status"], registry=self.registry)
-        self.latency = Histogram("mdpipe_request_seconds", "time from request to answer, by endpoint", ["endpoint"],
-                                 buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
-                                 registry=self.registry)
-        Gauge("mdpipe_queue_depth", "requests submitted but not yet admitted",
-              registry=self.registry).set_function(engine.queued)
-        Gauge("mdpipe_running", "requests holding a KV row",
-              registry=self.registry).set_function(lambda: engine.pools()["running"])
-        Gauge("mdpipe_decode_steps", "decode steps since start (rate() gives steps/s)",
-              registry=self.registry).set_function(lambda: engine.decode_steps)
-        Gauge("mdpipe_prefill_steps", "steps that prefilled admitted requests since start (mixed steps included)",
-              registry=self.registry).set_function(lambda: engine.prefill_steps)
-        clock = getattr(engine, "step_clock", None)
-        if clock is not None:  # the engine thread's time per verb (with --engine-process: the child's last report)
-            Gauge("mdpipe_engine_ticks", "engine loop ticks since start",
-                  registry=self.registry).set_function(lambda: engine.steps)
-            Gauge("mdpipe_cuda_graphs", "CUDA graphs the engine holds (one that grows under load: captures in the "
-                  "serving loop)", registry=self.registry).set_function(lambda: engine.graphs_held)
-            Gauge("mdpipe_engine_decode_rows", "rows computed by decode forwards since start (batch buckets, summed)",
-                  registry=self.registry).set_function(lambda: engine.decode_rows)
-            verbs = Gauge("mdpipe_engine_verb_seconds", "the engine thread's seconds per verb since start, wall and "
-                          "its own CPU (wall beyond CPU: waiting for the device or the interpreter lock)",
-                          ["verb", "clock"], registry=self.registry)
-            for verb in clock.snapshot():   # the verbs it times
-                for i, kind in enumerate(("wall", "cpu")):
-                    verbs.labels(verb, kind).set_function(lambda verb=verb, i=i: clock.snapshot()[verb][i])
-        # Read when /metrics is served, which is on the event loop's thread: that thread's CPU.
-        Gauge("mdpipe_server_loop_cpu_seconds", "CPU seconds of the server's event-loop thread (HTTP, JSON, "
-              "hashing, submits) since start", registry=self.registry).set_function(time.thread_time)
-        Gauge("mdpipe_server_process_cpu_seconds", "CPU seconds of the server's process since start, every thread "
-              "(the engine thread's too when the engine runs in it)", registry=self.registry).set_function(time.process_time)
-        self.phases = Counter("mdpipe_request_phase_seconds",
-                              "seconds of detect/point requests by phase: body (receive and parse), submit (image, "
-                              "grammar, queueing), wait (until the result reached the event loop; 'wake' is its part "
-                              "after the engine finished, when known), reply (encoding)", ["phase"],
-                              registry=self.registry)
-
-    def observe_phases(self, marks: list[float], finished: float | None) -> None:
-        """marks: monotonic times at start, body read, submitted, result in hand, reply encoded;
-        `finished`: when the engine delivered the result (its clock), if known."""
-        for name, a, b in zip(("body", "submit", "wait", "reply"), marks, marks[1:]):
-            self.phases.labels(name).inc(b - a)
-        if finished is not None and marks[2] <= finished <= marks[3]:
-            self.phases.labels("wake").inc(marks[3] - finished)
-
-    def text(self) -> bytes:
-        return generate_latest(self.registry)
 
 
 def settings_of(body: dict) -> dict:
@@ -319,8 +265,7 @@ class MoondreamAPI:
                 log.exception("%s failed", name)
                 response = FastJSONResponse({"error": f"the request failed ({type(e).__name__}: {one_line(e)[:200]})"},
                                         status_code=500)
-            self.metrics.requests.labels(name, str(response.status_code)).inc()
-            self.metrics.latency.labels(name).observe(time.perf_counter() - start)
+            self.metrics.observe(name, response.status_code, time.perf_counter() - start)
             return response
         return route
 
@@ -478,6 +423,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                             "(the default; not with --ray, whose replicas are processes of their own)")
     where.add_argument("--engine-thread", dest="engine_process", action="store_false",
                        help="run the engine's step loop in a thread of the server's process instead")
+    p.add_argument("--http-workers", type=int, default=1, metavar="N",
+                   help="server processes answering HTTP on the one port, each with its own pipe to the engine "
+                        "process (default 1)")
     p.add_argument("--no-repeat-guard", dest="repeat_guard", action="store_false",
                    help="keep near-duplicate objects (benchmarks on random weights: engine.loadbench --url)")
     ray = p.add_argument_group("scale-out with Ray Serve (pip install -e .[ray])")
@@ -493,6 +441,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.engine_process = not args.ray
     if args.replicas < 1:
         p.error(f"--replicas must be at least 1, got {args.replicas}")
+    if not 1 <= args.http_workers <= 64:
+        p.error(f"--http-workers must be between 1 and 64, got {args.http_workers}")
+    if args.http_workers > 1 and not args.engine_process:
+        p.error("--http-workers needs the engine in its own process (not with --engine-thread or --ray)")
     if not 0 < args.port < 65536:
         p.error(f"--port must be between 1 and 65535, got {args.port}")
     if not 0 <= args.image_cache_mb <= 1 << 20:
@@ -532,7 +484,8 @@ def main(argv: list[str] | None = None) -> int:
                    progress=sys.stderr.isatty())
     try:
         if args.engine_process:
-            engine = EngineProcess.open(weights=args.weights, image_cache_bytes=limits.image_cache_bytes, **options)
+            engine = EngineProcess.open(weights=args.weights, image_cache_bytes=limits.image_cache_bytes,
+                                        links=1 if args.http_workers == 1 else args.http_workers + 1, **options)
             startup = f"{engine.startup} (engine process {engine.process.pid})"
         else:
             engine = open_engine(args.weights, **options)
@@ -551,6 +504,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.engine_process:
         warm_up(engine)
         engine.start()
+    if args.http_workers > 1:
+        from app.serve_workers import serve_workers
+        try:
+            return serve_workers(engine, args.http_workers, args.host, args.port, api_key, limits)
+        finally:
+            engine.close()
     try:
         uvicorn.run(build_app(engine, api_key=api_key, limits=limits), host=args.host, port=args.port,
                     log_level="warning")

@@ -7,7 +7,11 @@ a proxy with the part of the `Engine` API `app.serve` uses: `submit` (a handle w
 resolves and whose chunks arrive asynchronously), `cancel`, `queued`, `pools`, `decode_steps`,
 `prefill_steps`.
 
-Wire: one `multiprocessing` Pipe of small pickled tuples, one reader thread and one `Sender` per side.
+Wire: one `multiprocessing` Pipe (a link) of small pickled tuples, one reader thread and one `Sender`
+per side. `EngineProcess.open(links=N)` gives the child N links, so that N - 1 other server
+processes (`app.serve --http-workers`) each talk to it over their own (`EngineProcess.attach`):
+a link's request ids, answers and stats stay on it; the first link's "stop", or its end, stops the
+child; another link's "stop" or end closes that link only.
 A message without image bytes is written by the thread that sends it when nothing else is being
 written or waits (no thread hop, so no wait for the interpreter lock of a busy process); image
 bytes, and anything sent while a write is under way, go through the sender's writer thread in
@@ -203,7 +207,8 @@ class EngineProcess:
     its model to load (LOAD_ERRORS' messages come back as `EngineGone`'s)."""
 
     def __init__(self, process, conn) -> None:
-        self.process, self.conn = process, conn
+        self.process, self.conn = process, conn   # process: None in a proxy that does not own the child
+        self.spare_links: list = []
         self.lock = threading.Lock()
         self.handles: dict[int, ProcessHandle] = {}
         self.ids = itertools.count(1)
@@ -220,22 +225,33 @@ class EngineProcess:
         self.reader.start()
 
     @classmethod
-    def open(cls, *, start_timeout: float = 600.0, **options) -> EngineProcess:
+    def open(cls, *, links: int = 1, start_timeout: float = 600.0, **options) -> EngineProcess:
         """Start the child with `open_engine`'s options (weights, tokenizer, device, dtype, max_batch,
         max_queue, repeat_guard; `torch_threads` caps its intra-op threads; `image_cache_bytes`; `factory`:
-        a class built with the options instead of `open_engine`, for measurements)."""
+        a class built with the options instead of `open_engine`, for measurements) and wait for its
+        model. `links` > 1 opens that many pipes to it: this proxy owns the first, and the server ends
+        of the others wait in `spare_links`, each for `EngineProcess.attach` in another process."""
         ctx = multiprocessing.get_context("spawn")
-        ours, theirs = ctx.Pipe()
-        process = ctx.Process(target=child_main, args=(theirs, options), name="mdpipe-engine", daemon=True)
+        pairs = [ctx.Pipe() for _ in range(links)]
+        process = ctx.Process(target=child_main, args=([theirs for _, theirs in pairs], options), name="mdpipe-engine",
+                              daemon=True)
         process.start()
-        theirs.close()
-        proxy = cls(process, ours)
+        for _, theirs in pairs:
+            theirs.close()
+        proxy = cls(process, pairs[0][0])
+        proxy.spare_links = [ours for ours, _ in pairs[1:]]
         try:
             proxy.startup = proxy.loaded.result(start_timeout)
         except BaseException:
             proxy.close()
             raise
         return proxy
+
+    @classmethod
+    def attach(cls, conn) -> EngineProcess:
+        """A proxy over one of `spare_links`, in another process: it submits and reads as the owner
+        does, but does not own the child (closing it closes only its link)."""
+        return cls(None, conn)
 
     # ---- the Engine API app.serve uses ---------------------------------------------------
     def submit(self, image: EncodedImage | bytes, skill: str, obj: str = "", *, on_object=None, wait: bool = True,
@@ -326,18 +342,21 @@ class EngineProcess:
         return self.submit(image, "caption", length=length, **options).result()
 
     def close(self, timeout: float = 60.0) -> None:
-        """Let the child finish what it accepted and exit; kill it if it does not within `timeout`."""
+        """Let the child finish what it accepted and exit; kill it if it does not within `timeout`.
+        A proxy that does not own the child closes its link only (the child ends its side)."""
         try:
             self.post(("stop",))
         except EngineGone:
             pass
         self.sender.close()
         self.sender.thread.join(timeout)
-        self.process.join(timeout)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
-        self.conn.close()
+        if self.process is not None:
+            self.process.join(timeout)
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join()
+        for conn in [self.conn] + self.spare_links:
+            conn.close()
         self.reader.join(timeout=5)
 
     # ---- plumbing ------------------------------------------------------------------------
@@ -404,8 +423,10 @@ class EngineProcess:
                 handle.future.set_result(message[2])
             elif kind == "failed":
                 handle.future.set_exception(message[2])
-        self.process.join(timeout=5)
-        code = self.process.exitcode
+        code = None
+        if self.process is not None:
+            self.process.join(timeout=5)
+            code = self.process.exitcode
         with self.lock:
             self.gone = ("the engine process stopped" + ("" if code in (None, 0) else f" (exit code {code})")
                          + "; restart the server")
@@ -417,17 +438,28 @@ class EngineProcess:
 
 
 # ---- the child --------------------------------------------------------------------------
-class EngineChild:
-    """The engine's process: one reader (this thread) that submits requests on images it holds,
-    a small pool for those that need a decode (and their grammar's compilation), a `Sender` (results
-    leave from the engine thread that finished them), the engine's own step loop."""
+class Link:
+    """One server process's pipe to the child: its `Sender` and the requests it submitted (by the
+    ids that server gave them)."""
 
-    def __init__(self, conn, engine, image_cache_bytes: int) -> None:
-        self.conn, self.engine = conn, engine
-        self.images = ImageCache(image_cache_bytes)
-        self.sender = Sender(conn, self.unsendable)
+    def __init__(self, index: int, conn, child: EngineChild) -> None:
+        self.index, self.conn = index, conn
+        self.sender = Sender(conn, child.unsendable_on(self))
         self.handles: dict[int, object] = {}
         self.cancelled: set[int] = set()
+
+
+class EngineChild:
+    """The engine's process: a reader per link (the first in this thread, the others in threads of
+    their own) that submits requests on images it holds, a small pool for those that need a decode
+    (and their grammar's compilation), a `Sender` per link (results leave from the engine thread
+    that finished them), the engine's own step loop. The first link is the owner's: its "stop", or
+    its end, stops the process; another link's end only drops that link."""
+
+    def __init__(self, conns: list, engine, image_cache_bytes: int) -> None:
+        self.engine = engine
+        self.images = ImageCache(image_cache_bytes)
+        self.links = [Link(i, conn, self) for i, conn in enumerate(conns)]
         self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(4, thread_name_prefix="submit")
         self.stopping = threading.Event()
@@ -436,70 +468,87 @@ class EngineChild:
         self.step = engine.step
 
     def run(self) -> None:
-        self.sender.start()
+        for link in self.links:
+            link.sender.start()
         threading.Thread(target=self.report, name="stats", daemon=True).start()
+        for link in self.links[1:]:
+            threading.Thread(target=self.serve_spare, args=(link,), name=f"link-{link.index}", daemon=True).start()
         self.engine.start()
         try:
-            while True:
-                try:
-                    message = self.conn.recv()
-                except (EOFError, OSError):  # the server went away: stop
-                    break
-                kind = message[0]
-                if kind == "submit" and message[3] is None:   # an image it should hold: no decode, no hop
-                    self.submit(*message[1:])
-                elif kind == "submit":
-                    self.pool.submit(self.submit, *message[1:])
-                elif kind == "cancel":
-                    self.cancel(message[1])
-                elif kind == "pause":
-                    self.pause(message[1])
-                elif kind == "stop":
-                    break
+            self.serve_link(self.links[0])
         finally:
             self.gate.set()
             self.pool.shutdown(wait=True)
             self.engine.close()
             self.stopping.set()
-            self.sender.close()
-            self.sender.thread.join()
+            for link in self.links:
+                link.sender.close()
+            for link in self.links:
+                link.sender.thread.join()
 
-    def submit(self, rid: int, digest: bytes, data: bytes | None, skill: str, obj, options: dict,
+    def serve_spare(self, link: Link) -> None:
+        """Another server process's link: read it until it ends or says "stop", then close it."""
+        self.serve_link(link)
+        link.sender.close()
+        link.sender.thread.join()
+        link.conn.close()
+
+    def serve_link(self, link: Link) -> None:
+        """Read one link until it ends or says "stop"."""
+        while True:
+            try:
+                message = link.conn.recv()
+            except (EOFError, OSError):  # that server went away
+                return
+            kind = message[0]
+            if kind == "submit" and message[3] is None:   # an image it should hold: no decode, no hop
+                self.submit(link, *message[1:])
+            elif kind == "submit":
+                self.pool.submit(self.submit, link, *message[1:])
+            elif kind == "cancel":
+                self.cancel(link, message[1])
+            elif kind == "pause":
+                self.pause(message[1])
+            elif kind == "stop":
+                return
+
+    def submit(self, link: Link, rid: int, digest: bytes, data: bytes | None, skill: str, obj, options: dict,
                stream: bool, ack: bool) -> None:
+        send = link.sender.send
         try:
             if data is None:
                 image = self.images.cached(digest)
                 if image is None:
-                    self.sender.send(("miss", rid))
+                    send(("miss", rid))
                     return
             else:
                 image = self.images.get_or_decode(digest, lambda: data)
-            on_object = (lambda chunk: self.sender.send(("chunk", rid, chunk))) if stream else None
+            on_object = (lambda chunk: send(("chunk", rid, chunk))) if stream else None
             handle = self.engine.submit(image, skill, obj, on_object=on_object, **options)
         except Exception as e:  # noqa: BLE001 - every refusal goes back to the waiting server thread
-            self.sender.send(("refused", rid, portable(e)))
+            send(("refused", rid, portable(e)))
             return
         with self.lock:
-            self.handles[rid] = handle
-            cancel = rid in self.cancelled
-            self.cancelled.discard(rid)
+            link.handles[rid] = handle
+            cancel = rid in link.cancelled
+            link.cancelled.discard(rid)
         if ack:
-            self.sender.send(("accepted", rid))
-        handle.future.add_done_callback(lambda future: self.finished(rid, future))
+            send(("accepted", rid))
+        handle.future.add_done_callback(lambda future: self.finished(link, rid, future))
         if cancel:
             handle.cancel()
 
-    def finished(self, rid: int, future: Future) -> None:
+    def finished(self, link: Link, rid: int, future: Future) -> None:
         with self.lock:
-            self.handles.pop(rid, None)
+            link.handles.pop(rid, None)
         error = future.exception()
-        self.sender.send(("done", rid, future.result()) if error is None else ("failed", rid, portable(error)))
+        link.sender.send(("done", rid, future.result()) if error is None else ("failed", rid, portable(error)))
 
-    def cancel(self, rid: int) -> None:
+    def cancel(self, link: Link, rid: int) -> None:
         with self.lock:
-            handle = self.handles.get(rid)
+            handle = link.handles.get(rid)
             if handle is None:
-                self.cancelled.add(rid)  # its submit is still on the pool
+                link.cancelled.add(rid)  # its submit is still on the pool
         if handle is not None:
             handle.cancel()
 
@@ -517,17 +566,22 @@ class EngineChild:
             clock = getattr(engine, "step_clock", None)   # a stand-in engine (app.serve_cost) keeps none
             timing = ((engine.steps, clock.snapshot(), engine.decode_rows, engine.graphs_held) if clock is not None
                       else (0, dict.fromkeys(PHASES, (0.0, 0.0)), 0, 0))
-            self.sender.send(("stats", engine.queued(), engine.pools(), engine.decode_steps, engine.prefill_steps,
-                             timing))
+            stats = ("stats", engine.queued(), engine.pools(), engine.decode_steps, engine.prefill_steps, timing)
+            for link in self.links:
+                link.sender.send(stats)
 
-    def unsendable(self, message: tuple, error: Exception) -> None:
+    @staticmethod
+    def unsendable_on(link: Link) -> Callable[[tuple, Exception], None]:
         """An answer that cannot be pickled fails its own request (queued: the write turn is still held)."""
-        if message[0] in ("done", "chunk"):
-            self.sender.send(("failed", message[1], RuntimeError(f"the answer could not be sent ({one_line(error)})")))
+        def unsendable(message: tuple, error: Exception) -> None:
+            if message[0] in ("done", "chunk"):
+                link.sender.send(("failed", message[1], RuntimeError(f"the answer could not be sent ({one_line(error)})")))
+        return unsendable
 
 
-def child_main(conn, options: dict) -> None:
-    """The child's entry point (spawned): load the model, report, serve until told to stop."""
+def child_main(conns: list, options: dict) -> None:
+    """The child's entry point (spawned): load the model, report on the first link, serve every
+    link until the first says stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the server, which stops this process in order
     threads = options.pop("torch_threads", None)
     cache_bytes = options.pop("image_cache_bytes", 256 << 20)
@@ -540,11 +594,13 @@ def child_main(conn, options: dict) -> None:
     try:
         engine = open_engine(options.pop("weights", None), **options) if factory is None else factory(**options)
     except LOAD_ERRORS as e:
-        conn.send(("load_error", f"cannot load the model: {one_line(e)}"))
-        conn.close()
+        conns[0].send(("load_error", f"cannot load the model: {one_line(e)}"))
+        for conn in conns:
+            conn.close()
         return
     if factory is None:
         warm_up(engine)   # the graphs, before the server says it is ready
-    conn.send(("ready", startup_line(engine) if factory is None else factory.__name__))
-    EngineChild(conn, engine, cache_bytes).run()
-    conn.close()
+    conns[0].send(("ready", startup_line(engine) if factory is None else factory.__name__))
+    EngineChild(conns, engine, cache_bytes).run()
+    for conn in conns:
+        conn.close()

@@ -608,7 +608,8 @@ def main(argv: list[str] | None = None) -> int:
     if served_rows:
         print("server, ms per request (wake: the part of wait after the engine finished, when the server can tell)")
         print("  (loop CPU, process CPU: the server's event-loop thread and whole process, CPU ms per request; "
-              "loop busy: the loop thread's CPU over the row's wall time)")
+              "loop busy: the loop thread's CPU over the row's wall time; with --http-workers N, summed over the "
+              "N workers)")
         print(f"{'task':>6} {'image':>6} {'c':>3} {'body':>7} {'submit':>7} {'wait':>8} {'wake':>7} {'reply':>6} "
               f"{'outside':>8} {'loop CPU':>8} {'process CPU':>11} {'loop busy':>9}")
         for r in served_rows:
