@@ -447,6 +447,7 @@ class Link:
         self.sender = Sender(conn, child.unsendable_on(self))
         self.handles: dict[int, object] = {}
         self.cancelled: set[int] = set()
+        self.ended = False   # the server at the other end is gone: what it left is cancelled
 
 
 class EngineChild:
@@ -487,8 +488,14 @@ class EngineChild:
                 link.sender.thread.join()
 
     def serve_spare(self, link: Link) -> None:
-        """Another server process's link: read it until it ends or says "stop", then close it."""
+        """Another server process's link: read it until it ends or says "stop", cancel the requests
+        it left (nobody waits for their answers: their rows are freed), then close it."""
         self.serve_link(link)
+        with self.lock:
+            link.ended = True
+            left = list(link.handles.values())
+        for handle in left:
+            handle.cancel()
         link.sender.close()
         link.sender.thread.join()
         link.conn.close()
@@ -530,7 +537,7 @@ class EngineChild:
             return
         with self.lock:
             link.handles[rid] = handle
-            cancel = rid in link.cancelled
+            cancel = rid in link.cancelled or link.ended   # ended: its submit was still on the pool
             link.cancelled.discard(rid)
         if ack:
             send(("accepted", rid))

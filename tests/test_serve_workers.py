@@ -49,6 +49,56 @@ def test_two_links_share_one_engine_process_and_close_apart(scene):
     assert not owner.process.is_alive()
 
 
+def test_a_link_that_ends_cancels_what_its_server_left(scene):
+    """A worker that dies leaves requests in the engine that nobody will read: the child cancels
+    them (queued ones and those still being decoded), as a client's disconnect does."""
+    import hashlib
+    import multiprocessing
+    import threading
+    from concurrent.futures import Future
+
+    from app.serve_process import EngineChild
+
+    class Handle:
+        def __init__(self) -> None:
+            self.future, self.cancelled = Future(), False
+
+        def cancel(self) -> None:
+            self.cancelled = True
+
+    class StandInEngine:
+        step = None
+
+        def __init__(self) -> None:
+            self.handles: list[Handle] = []
+
+        def submit(self, image, skill, obj, **options) -> Handle:
+            self.handles.append(Handle())
+            return self.handles[-1]
+
+    image, _ = scene
+    jpeg = jpeg_bytes(image)
+    digest = hashlib.sha256(jpeg).digest()
+    engine = StandInEngine()
+    (owner, owner_end), (ours, theirs) = multiprocessing.Pipe(), multiprocessing.Pipe()
+    child = EngineChild([owner_end, theirs], engine, 64 << 20)
+    link = child.links[1]
+    link.sender.start()
+    reader = threading.Thread(target=child.serve_spare, args=(link,))   # reads to the end, cancels, closes
+    reader.start()
+    ours.send(("submit", 1, digest, jpeg, "point", "star", {}, False, True))   # with its bytes: decoded on the pool
+    assert ours.recv() == ("accepted", 1)
+    for rid in (2, 3):                                                           # its digest alone, read at once
+        ours.send(("submit", rid, digest, None, "detect", "star", {}, False, False))
+    ours.send(("submit", 4, digest, jpeg, "point", "circle", {}, False, False))  # on the pool as the link ends
+    ours.close()                     # the worker is gone
+    reader.join(timeout=120)
+    assert not reader.is_alive()
+    child.pool.shutdown(wait=True)   # a submit still on the pool is cancelled as it lands
+    assert len(engine.handles) == 4 and all(h.cancelled for h in engine.handles)
+    owner.close()
+
+
 def test_http_workers_need_the_engine_process(capsys):
     assert parse_args([]).http_workers == 1 and parse_args(["--http-workers", "3"]).http_workers == 3
     for bad in (["--http-workers", "0"], ["--http-workers", "2", "--engine-thread"], ["--http-workers", "2", "--ray"]):
