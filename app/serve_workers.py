@@ -22,6 +22,8 @@ import tempfile
 import threading
 from multiprocessing.connection import wait
 
+from prometheus_client.multiprocess import mark_process_dead
+
 from app.common import one_line
 from app.serve_metrics import MULTIPROCESS_DIR
 
@@ -69,7 +71,7 @@ def stop_with_parent(server) -> None:
 
 def serve_workers(engine, workers: int, host: str, port: int, api_key: str | None, limits) -> int:
     """Start `workers` HTTP processes over `engine` (an `EngineProcess` opened with `links=workers + 1`)
-    and supervise them until Ctrl-C, SIGTERM or the last one exits. Returns the exit status; from then
+    and supervise them until Ctrl-C or SIGTERM (exit status 0) or until the last one exits (1). From then
     on this process ignores SIGINT and SIGTERM (the caller closes the engine, which is bounded too)."""
     try:   # the port is free (or shared with SO_REUSEPORT): fail here, in the first process, if not
         shared_port_socket(host, port).close()
@@ -95,10 +97,13 @@ def serve_workers(engine, workers: int, host: str, port: int, api_key: str | Non
                 proc = next(p for p in running if p.sentinel == sentinel)
                 proc.join()
                 running.remove(proc)
+                mark_process_dead(proc.pid, metrics_dir)   # its live gauges leave the sums; its counts stay
                 print(f"warning: HTTP worker {proc.name} stopped (exit code {proc.exitcode}); {len(running)} "
                       "still serve", file=sys.stderr, flush=True)
+        print("error: every HTTP worker stopped; see the lines above", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
-        pass
+        return 0
     finally:
         # The orderly stop is bounded (`stop`'s timeout, then the engine's): a second Ctrl-C or
         # SIGTERM does not cut it short, which would leave workers and their files behind.
@@ -107,7 +112,6 @@ def serve_workers(engine, workers: int, host: str, port: int, api_key: str | Non
         stop(procs)
         os.environ.pop(MULTIPROCESS_DIR, None)
         shutil.rmtree(metrics_dir, ignore_errors=True)
-    return 0
 
 
 def stop_on_signal(signum, frame) -> None:

@@ -168,6 +168,17 @@ def test_http_workers_answer_on_one_port_and_stop_together(scene, tmp_path):
         assert code == 400 and "image_url is missing" in body["error"]
         # Every scrape, whichever worker answers it, counts the requests of both.
         assert [requests_counted(root) for _ in range(8)] == [len(objects)] * 8
+        # A worker that dies: the other serves on, the supervisor says so, the counts stay.
+        engine_pid = int(re.search(r"engine process (\d+)", (tmp_path / "serve.log").read_text()).group(1))
+        workers = [k for k in kids if k != engine_pid and b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()
+                   and b"pipe_handle" in Path(f"/proc/{k}/cmdline").read_bytes()]
+        assert len(workers) == 2, workers
+        os.kill(workers[0], signal.SIGKILL)
+        while "warning: HTTP worker" not in (tmp_path / "serve.log").read_text():
+            assert time.monotonic() < deadline + 120, "the supervisor did not report the dead worker"
+            time.sleep(0.1)
+        assert md.vl(endpoint=root + "/v1", api_key=KEY).point(image, "star") == want["star"]
+        assert requests_counted(root) == len(objects) + 1
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 0
         deadline = time.monotonic() + 60
