@@ -507,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.http_workers > 1:
         from app.serve_workers import serve_workers
         try:
-            return serve_workers(engine, args.http_workers, args.host, args.port, api_key, limits)
+            return serve_workers(engine, args.host, args.port, api_key, limits)
         finally:
             engine.close()
     try:

@@ -69,8 +69,8 @@ def stop_with_parent(server) -> None:
     server.should_exit = True
 
 
-def serve_workers(engine, workers: int, host: str, port: int, api_key: str | None, limits) -> int:
-    """Start `workers` HTTP processes over `engine` (an `EngineProcess` opened with `links=workers + 1`)
+def serve_workers(engine, host: str, port: int, api_key: str | None, limits) -> int:
+    """Start an HTTP process over each of `engine.spare_links` (an `EngineProcess` opened with `links=N + 1`)
     and supervise them until Ctrl-C or SIGTERM (exit status 0) or until the last one exits (1). From then
     on this process ignores SIGINT and SIGTERM (the caller closes the engine, which is bounded too)."""
     try:   # the port is free (or shared with SO_REUSEPORT): fail here, in the first process, if not
@@ -90,7 +90,7 @@ def serve_workers(engine, workers: int, host: str, port: int, api_key: str | Non
     try:
         for proc in procs:
             proc.start()
-        print(f"{workers} HTTP worker processes on {host}:{port}", file=sys.stderr, flush=True)
+        print(f"{len(procs)} HTTP worker processes on {host}:{port}", file=sys.stderr, flush=True)
         running = list(procs)
         while running:
             for sentinel in wait([p.sentinel for p in running]):
