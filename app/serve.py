@@ -35,6 +35,7 @@ import functools
 import hmac
 import json
 import logging
+import socket
 import sys
 import time
 from contextlib import aclosing
@@ -445,6 +446,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--http-workers must be between 1 and 64, got {args.http_workers}")
     if args.http_workers > 1 and not args.engine_process:
         p.error("--http-workers needs the engine in its own process (not with --engine-thread or --ray)")
+    if args.http_workers > 1 and not hasattr(socket, "SO_REUSEPORT"):
+        p.error("--http-workers needs SO_REUSEPORT, which this system lacks; serve with one process (the default)")
     if not 0 < args.port < 65536:
         p.error(f"--port must be between 1 and 65535, got {args.port}")
     if not 0 <= args.image_cache_mb <= 1 << 20:
