@@ -1,7 +1,8 @@
 """`python -m app.serve`: the Moondream HTTP API over one shared, batching engine.
 
     python -m app.serve [--host 127.0.0.1] [--port 2020] [--weights DIR|ID] [--device auto] [--dtype auto]
-                        [--api-key KEY] [--max-batch 16] [--max-queue 256] [--prefill-wait 2] [--timeout 300]
+                        [--api-key KEY] [--max-batch 16] [--max-queue 256] [--prefill-wait 2] [--prefill-gather 8]
+                        [--timeout 300]
                         [--max-body-mb 32] [--image-cache-mb 256] [--http-workers 1] [--engine-thread]
                         [--ray [--replicas N] [--gpus-per-replica G] [--address ADDR]]
 
@@ -414,6 +415,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefill-wait", type=int, default=EngineConfig.prefill_wait, metavar="STEPS",
                    help="decode steps a request on a cached image may wait, while others decode, to share its "
                         f"prefill step (default {EngineConfig.prefill_wait}; 0: none)")
+    p.add_argument("--prefill-gather", type=int, default=EngineConfig.prefill_gather, metavar="N",
+                   help="waiting requests on cached images that end that wait at once "
+                        f"(default {EngineConfig.prefill_gather})")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="deadline of one request")
     p.add_argument("--max-body-mb", type=float, default=32.0, metavar="MB", help="largest request body (default 32)")
     p.add_argument("--image-cache-mb", type=float, default=256.0, metavar="MB",
@@ -457,6 +461,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.prefill_wait < 0:
         p.error(f"--prefill-wait must be 0 or more, got {args.prefill_wait}")
+    if args.prefill_gather < 1:
+        p.error(f"--prefill-gather must be at least 1, got {args.prefill_gather}")
     if not 0 < args.timeout <= 24 * 3600:
         p.error(f"--timeout must be more than 0 and at most 86400 seconds, got {args.timeout:g}")
     if not 0 < args.max_body_mb <= 1024:
@@ -483,7 +489,8 @@ def main(argv: list[str] | None = None) -> int:
         from app.serve_ray import run_ray
         return run_ray(args, api_key, limits)
     options = dict(tokenizer=args.tokenizer, device=args.device, dtype=args.dtype, max_batch=args.max_batch,
-                   max_queue=args.max_queue, prefill_wait=args.prefill_wait, repeat_guard=args.repeat_guard,
+                   max_queue=args.max_queue, prefill_wait=args.prefill_wait, prefill_gather=args.prefill_gather,
+                   repeat_guard=args.repeat_guard,
                    progress=sys.stderr.isatty())
     try:
         if args.engine_process:

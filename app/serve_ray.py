@@ -32,13 +32,14 @@ def replica_app_builder(args: argparse.Namespace, api_key: str | None, limits: S
     """A builder Ray Serve calls inside each replica: load the model there, return the ASGI app."""
     weights, tokenizer, device, dtype = args.weights, args.tokenizer, args.device, args.dtype
     max_batch, max_queue, repeat_guard = args.max_batch, args.max_queue, args.repeat_guard
-    prefill_wait = args.prefill_wait
+    prefill_wait, prefill_gather = args.prefill_wait, args.prefill_gather
 
     def build():
         from app.common import open_engine, warm_up
 
         engine = open_engine(weights, tokenizer=tokenizer, device=device, dtype=dtype, max_batch=max_batch,
-                             max_queue=max_queue, prefill_wait=prefill_wait, repeat_guard=repeat_guard)
+                             max_queue=max_queue, prefill_wait=prefill_wait, prefill_gather=prefill_gather,
+                             repeat_guard=repeat_guard)
         warm_up(engine)   # each replica captures its graphs before it serves, as the single server does
         return build_app(engine.start(), api_key=api_key, limits=limits)
 

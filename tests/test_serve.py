@@ -244,8 +244,9 @@ def test_arguments_are_checked(capsys):
     assert parse_args([]).host == "127.0.0.1" and parse_args([]).port == 2020
     assert parse_args(["--image-cache-mb", "0"]).image_cache_mb == 0
     assert parse_args([]).prefill_wait == 2 and parse_args(["--prefill-wait", "0"]).prefill_wait == 0
+    assert parse_args([]).prefill_gather == 8 and parse_args(["--prefill-gather", "16"]).prefill_gather == 16
     for bad in (["--port", "0"], ["--timeout", "-1"], ["--max-queue", "0"], ["--image-cache-mb", "-1"],
-                ["--prefill-wait", "-1"]):
+                ["--prefill-wait", "-1"], ["--prefill-gather", "0"]):
         with pytest.raises(SystemExit):
             parse_args(bad)
         assert "error:" in capsys.readouterr().err
@@ -296,11 +297,12 @@ def test_a_ray_replica_captures_its_graphs_before_it_serves(monkeypatch):
             return self
 
     monkeypatch.setattr(app.common, "open_engine",
-                        lambda weights, **kw: calls.append(("open", kw["prefill_wait"])) or Stub())
+                        lambda weights, **kw: calls.append(("open", kw["prefill_wait"], kw["prefill_gather"])) or Stub())
     monkeypatch.setattr(app.common, "warm_up", lambda engine: calls.append("warm_up"))
     monkeypatch.setattr(app.serve_ray, "build_app", lambda engine, **kw: engine)
-    app.serve_ray.replica_app_builder(parse_args(["--ray", "--prefill-wait", "1"]), None, ServeLimits())()
-    assert calls == [("open", 1), "warm_up", "start"]
+    app.serve_ray.replica_app_builder(parse_args(["--ray", "--prefill-wait", "1", "--prefill-gather", "4"]), None,
+                                      ServeLimits())()
+    assert calls == [("open", 1, 4), "warm_up", "start"]
 
 
 def test_query_and_caption_from_the_client_stream_and_follow_the_schema(served, scene):
