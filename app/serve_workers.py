@@ -80,16 +80,13 @@ def serve_workers(engine, host: str, port: int, api_key: str | None, limits) -> 
         return 2
     metrics_dir = tempfile.mkdtemp(prefix="mdpipe-metrics-")
     os.environ[MULTIPROCESS_DIR] = metrics_dir   # inherited by the spawned workers, read at their first import
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=http_worker, args=(conn, host, port, api_key, limits), name=f"mdpipe-http-{i + 1}",
-                         daemon=True) for i, conn in enumerate(engine.spare_links)]
     # Set here, not inherited: a shell script's background job starts with SIGINT ignored (uvicorn,
     # which the workers run, sets its own handlers the same way).
     signal.signal(signal.SIGINT, stop_on_signal)
     signal.signal(signal.SIGTERM, stop_on_signal)
+    procs: list = []
     try:
-        for proc in procs:
-            proc.start()
+        procs = start_workers(engine.spare_links, http_worker, (host, port, api_key, limits))
         print(f"{len(procs)} HTTP worker processes on {host}:{port}", file=sys.stderr, flush=True)
         running = list(procs)
         while running:
@@ -112,6 +109,20 @@ def serve_workers(engine, host: str, port: int, api_key: str | None, limits) -> 
         stop(procs)
         os.environ.pop(MULTIPROCESS_DIR, None)
         shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def start_workers(links: list, target, args: tuple) -> list:
+    """A spawned process per link, running target(link, *args). Once a process holds its link, this
+    process closes its own copy: then a worker that dies ends its link in the engine process, which
+    cancels what that worker left (a copy kept here would hold the link open)."""
+    ctx = multiprocessing.get_context("spawn")
+    procs = []
+    for i, conn in enumerate(links):
+        proc = ctx.Process(target=target, args=(conn, *args), name=f"mdpipe-http-{i + 1}", daemon=True)
+        proc.start()
+        conn.close()
+        procs.append(proc)
+    return procs
 
 
 def stop_on_signal(signum, frame) -> None:

@@ -99,6 +99,27 @@ def test_a_link_that_ends_cancels_what_its_server_left(scene):
     owner.close()
 
 
+def hold_link(conn, seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def test_a_worker_that_dies_ends_its_link_in_the_engine_process():
+    """The supervisor keeps no copy of a worker's end of the pipe, so the engine's end reads EOF
+    when the worker dies (and `EngineChild.serve_spare` cancels what it left)."""
+    import multiprocessing
+
+    from app.serve_workers import start_workers
+
+    engine_end, worker_end = multiprocessing.Pipe()
+    (proc,) = start_workers([worker_end], hold_link, (600.0,))
+    assert worker_end.closed
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    assert engine_end.poll(60)        # readable: the end of the stream, not a message
+    with pytest.raises(EOFError):
+        engine_end.recv()
+
+
 def test_http_workers_need_the_engine_process(capsys):
     assert parse_args([]).http_workers == 1 and parse_args(["--http-workers", "3"]).http_workers == 3
     for bad in (["--http-workers", "0"], ["--http-workers", "2", "--engine-thread"], ["--http-workers", "2", "--ray"]):
