@@ -286,6 +286,24 @@ def test_requests_on_cached_images_wait_a_few_steps_to_share_a_prefill(tokenizer
     assert len(runner.prefills) == 2
 
 
+def test_a_request_does_not_wait_to_gather_more_than_the_free_rows_take(tokenizer):
+    """With one row decoding and one free, a request on a cached image goes at the next step:
+    no later arrival could share its prefill step (prefill_gather 8 could never be reached)."""
+    for max_batch, expect in ((2, 1), (3, 4)):   # with two free rows it waits prefill_wait steps
+        engine, runner = fake_engine(tokenizer, max_batch=max_batch, pipelined=False, prefix_cache_size=2,
+                                     prefill_wait=3, prefill_gather=8)
+        first = engine.submit(IMAGES[1], "point", "star", max_objects=5)
+        engine.step()
+        late = engine.submit(IMAGES[1], "point", "blue", max_objects=1)
+        for tick in range(1, 8):
+            engine.step()
+            if late.seq.row >= 0:
+                break
+        assert tick == expect, (max_batch, tick, runner.prefills)
+        engine.run_until_idle()
+        assert first.result()["points"] and late.result()["points"] and idle(engine)
+
+
 def test_rows_keep_decoding_through_prefills_and_image_steps_alternate(tokenizer):
     engine, runner = fake_engine(tokenizer, max_batch=4, max_prefill=1, pipelined=False)
     kinds, calls = [], []

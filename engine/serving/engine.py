@@ -375,9 +375,11 @@ class Engine:
 
     def _cached_admissions(self, decoding: bool) -> int:
         """Requests on cached images this step may admit: none while rows decode and fewer than
-        `prefill_gather` wait, for `prefill_wait` steps at most (EngineConfig)."""
+        `prefill_gather` wait, for `prefill_wait` steps at most (EngineConfig). Waiting cannot gather
+        more than the free rows take: once that many wait, they go."""
         cfg = self.config
-        if decoding and self._held < cfg.prefill_wait and self.scheduler.queued() < cfg.prefill_gather:
+        enough = min(cfg.prefill_gather, self.scheduler.rows_free())
+        if decoding and self._held < cfg.prefill_wait and self.scheduler.queued() < enough:
             return 0
         return cfg.max_prefill_cached
 

@@ -62,6 +62,9 @@ class Scheduler:
     def rows_in_use(self) -> int:
         return self.rows - len(self.free_rows)
 
+    def rows_free(self) -> int:
+        return len(self.free_rows)
+
     def admit(self, new_images: int, cached: int, cached_prefix: Callable[[str], P | None],
               ready: Callable[[Sequence], bool], bucket: Callable[[int], int] | None = None) -> list[Admitted[P]]:
         """Give waiting requests, in order, a KV row reserved for their whole answer: at most
