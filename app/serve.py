@@ -3,7 +3,7 @@
     python -m app.serve [--host 127.0.0.1] [--port 2020] [--weights DIR|ID] [--device auto] [--dtype auto]
                         [--api-key KEY] [--max-batch 16] [--max-queue 256] [--prefill-wait 2] [--prefill-gather 8]
                         [--timeout 300]
-                        [--max-body-mb 32] [--image-cache-mb 256] [--http-workers 1] [--engine-thread]
+                        [--max-body-mb 32] [--image-cache-mb 256] [--http-workers auto] [--engine-thread]
                         [--ray [--replicas N] [--gpus-per-replica G] [--address ADDR]]
 
 Existing code written for the official `moondream` client runs unchanged against it:
@@ -24,7 +24,8 @@ constant time), 413 a body over `--max-body-mb`, 429 the engine's queue is full 
 the engine frees its row. The engine's step loop runs in a child process (`app.serve_process`), so the
 server's Python does not compete with it for the GIL; `--engine-thread` runs it in a thread of the
 server's process instead. `--http-workers N` answers HTTP from N server processes on the one port,
-each over its own pipe to the engine process (`app.serve_workers`). The server binds 127.0.0.1 unless `--host` says otherwise and sends no
+each over its own pipe to the engine process (`app.serve_workers`); by default ("auto") 4 where the
+engine runs on CUDA on a host with 8 cores or more, else 1. The server binds 127.0.0.1 unless `--host` says otherwise and sends no
 CORS headers.
 """
 
@@ -58,6 +59,11 @@ from engine import (DEFAULT_MAX_OBJECTS, OBJECT_SKILLS, Cancelled, Choices, Dead
                     EngineConfig, ImageError, JsonSchema, Regex, RequestError)
 
 log = logging.getLogger("app.serve")
+
+# `--http-workers auto`: the server processes measured on an H200 host (README, "Session 32"), and the
+# cores a host needs for them beside the engine process.
+AUTO_HTTP_WORKERS = 4
+AUTO_HTTP_WORKERS_CORES = 8
 
 
 class FastJSONResponse(JSONResponse):
@@ -184,6 +190,8 @@ class MoondreamAPI:
         self.images = images
         # Queues a request without blocking: Engine.submit does, given a decoded image; a proxy is told not to wait.
         self.enqueue = functools.partial(engine.submit, wait=False) if process else engine.submit
+        # With the engine in a child a new image needs no decoding here either (the child decodes it).
+        self.decodes_here = not process
 
     # ---- plumbing -----------------------------------------------------------------------
     def check_key(self, request: Request) -> None:
@@ -218,13 +226,16 @@ class MoondreamAPI:
                 "send a smaller image (the server's --max-body-mb sets the limit)")
 
     async def submit(self, image_url: object, skill: str, obj: object, **options):
-        """Queue a request. A point/detect on an image the engine side already holds is queued from
-        the event loop itself (hashing the data URL is all it costs, and hashlib releases the GIL);
-        anything else (an image to decode, a grammar to compile) in one worker-thread hop."""
+        """Queue a request. A point/detect on an image the engine side already holds, or on any image
+        when the engine runs in a child (which decodes it), is queued from the event loop itself
+        (hashing the data URL, and for a new image its base64 decoding, is all it costs; hashlib
+        releases the GIL) without waiting for the child's acceptance: a refusal arrives as the result.
+        Anything else (an image to decode here, a grammar to compile) goes in one worker-thread hop."""
         try:
             image, resolve = self.images.lookup(image_url)
-            if image is not None and skill in OBJECT_SKILLS:
-                return self.enqueue(image, skill, obj, timeout=self.limits.timeout, **options)
+            if skill in OBJECT_SKILLS and (image is not None or not self.decodes_here):
+                return self.enqueue(image if image is not None else resolve(), skill, obj,
+                                    timeout=self.limits.timeout, **options)
             return await asyncio.to_thread(self.submit_now, resolve, skill, obj, **options)
         except Exception as e:
             raise http_error(e, self.limits) from None
@@ -403,6 +414,25 @@ def build_app(engine, *, api_key: str | None = None, limits: ServeLimits = Serve
     return Starlette(routes=MoondreamAPI(engine, api_key=api_key, limits=limits, images=images).routes())
 
 
+def http_workers_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number or auto, got {text!r}") from None
+
+
+def http_workers(args: argparse.Namespace, *, cores: int, cuda: bool) -> int:
+    """The HTTP server processes to start: `--http-workers N` as given; "auto" gives AUTO_HTTP_WORKERS
+    where the engine runs on CUDA (`cuda`) in its own process on a host with AUTO_HTTP_WORKERS_CORES
+    or more `cores` and SO_REUSEPORT, else 1 (each worker is an interpreter of its own, a few hundred MB)."""
+    if args.http_workers != "auto":
+        return args.http_workers
+    fits = args.engine_process and cuda and cores >= AUTO_HTTP_WORKERS_CORES and hasattr(socket, "SO_REUSEPORT")
+    return AUTO_HTTP_WORKERS if fits else 1
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m app.serve", description="The Moondream HTTP API (detect, point, query, caption, chat).")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -428,9 +458,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                             "(the default; not with --ray, whose replicas are processes of their own)")
     where.add_argument("--engine-thread", dest="engine_process", action="store_false",
                        help="run the engine's step loop in a thread of the server's process instead")
-    p.add_argument("--http-workers", type=int, default=1, metavar="N",
+    p.add_argument("--http-workers", type=http_workers_arg, default="auto", metavar="N|auto",
                    help="server processes answering HTTP on the one port, each with its own pipe to the engine "
-                        "process (default 1)")
+                        f"process (default auto: {AUTO_HTTP_WORKERS} when the engine runs on CUDA in its own process on "
+                        f"a host with {AUTO_HTTP_WORKERS_CORES} or more cores, else 1)")
     p.add_argument("--no-repeat-guard", dest="repeat_guard", action="store_false",
                    help="keep near-duplicate objects (benchmarks on random weights: engine.loadbench --url)")
     ray = p.add_argument_group("scale-out with Ray Serve (pip install -e .[ray])")
@@ -446,11 +477,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.engine_process = not args.ray
     if args.replicas < 1:
         p.error(f"--replicas must be at least 1, got {args.replicas}")
-    if not 1 <= args.http_workers <= 64:
+    if args.http_workers == "auto":
+        pass   # resolved by `http_workers` once the device is known
+    elif not 1 <= args.http_workers <= 64:
         p.error(f"--http-workers must be between 1 and 64, got {args.http_workers}")
-    if args.http_workers > 1 and not args.engine_process:
+    elif args.http_workers > 1 and not args.engine_process:
         p.error("--http-workers needs the engine in its own process (not with --engine-thread or --ray)")
-    if args.http_workers > 1 and not hasattr(socket, "SO_REUSEPORT"):
+    elif args.http_workers > 1 and not hasattr(socket, "SO_REUSEPORT"):
         p.error("--http-workers needs SO_REUSEPORT, which this system lacks; serve with one process (the default)")
     if not 0 < args.port < 65536:
         p.error(f"--port must be between 1 and 65535, got {args.port}")
@@ -492,10 +525,16 @@ def main(argv: list[str] | None = None) -> int:
                    max_queue=args.max_queue, prefill_wait=args.prefill_wait, prefill_gather=args.prefill_gather,
                    repeat_guard=args.repeat_guard,
                    progress=sys.stderr.isatty())
+    from engine.model.device import resolve_device
+
+    try:
+        workers = http_workers(args, cores=os.cpu_count() or 1, cuda=resolve_device(args.device).type == "cuda")
+    except (ValueError, RuntimeError):   # a device this machine lacks: the engine's load says so below
+        workers = 1 if args.http_workers == "auto" else args.http_workers
     try:
         if args.engine_process:
             engine = EngineProcess.open(weights=args.weights, image_cache_bytes=limits.image_cache_bytes,
-                                        links=1 if args.http_workers == 1 else args.http_workers + 1, **options)
+                                        links=1 if workers == 1 else workers + 1, **options)
             startup = f"{engine.startup} (engine process {engine.process.pid})"
         else:
             engine = open_engine(args.weights, **options)
@@ -514,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.engine_process:
         warm_up(engine)
         engine.start()
-    if args.http_workers > 1:
+    if workers > 1:
         from app.serve_workers import serve_workers
         try:
             return serve_workers(engine, args.host, args.port, api_key, limits)

@@ -7,6 +7,8 @@ in-process engine's; a child that dies gives 503s, not hangs; closing leaves no 
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import hashlib
 import json
 import os
@@ -19,7 +21,7 @@ import moondream as md
 import pytest
 
 from app.common import open_engine
-from app.serve import ServeLimits, parse_args
+from app.serve import MoondreamAPI, ServeLimits, parse_args
 from app.serve_process import EngineGone, EngineProcess
 from engine import Cancelled, DeadlineExceeded, EngineBusy, ImageError, RequestError
 from tests.conftest import torch_threads
@@ -223,3 +225,19 @@ def test_a_broken_pipe_stops_the_sender_without_raising():
     sender.close()
     sender.thread.join(30)
     assert not sender.thread.is_alive()
+
+
+def test_a_new_image_is_queued_from_the_event_loop_without_waiting_for_the_child(served, scene):
+    """With the engine in a child, a point/detect on an image the child has never seen is queued
+    by the event loop itself (no worker-thread hop, no wait for "accepted"): the child decodes it,
+    and a file that is no image comes back as the request's one-line 400."""
+    image, _ = scene
+    api = MoondreamAPI(served.engine)
+    api.submit_now = lambda *a, **kw: pytest.fail("a point/detect went through a worker thread")
+    new = image.rotate(90, expand=True)   # never sent before: the child does not hold it
+    handle = asyncio.run(api.submit(data_url(new), "point", "star"))
+    assert handle.wait is False and handle.result(timeout=60) == served.engine.point(jpeg_bytes(new), "star")
+    code, body = post(f"{served.url}/detect", {"image_url": "data:image/jpeg;base64,"
+                                               + base64.b64encode(b"not an image").decode(), "object": "star"},
+                      {"X-Moondream-Auth": KEY})
+    assert code == 400 and body["error"].startswith("cannot read image") and "\n" not in body["error"]

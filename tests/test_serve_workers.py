@@ -22,7 +22,7 @@ import moondream as md
 import pytest
 
 from app.common import open_engine
-from app.serve import parse_args
+from app.serve import AUTO_HTTP_WORKERS, http_workers, parse_args
 from app.serve_process import EngineProcess
 from app.tools.screenshot import free_port
 from tests.conftest import torch_threads
@@ -121,12 +121,25 @@ def test_a_worker_that_dies_ends_its_link_in_the_engine_process():
 
 
 def test_http_workers_need_the_engine_process(capsys):
-    assert parse_args([]).http_workers == 1 and parse_args(["--http-workers", "3"]).http_workers == 3
-    for bad in (["--http-workers", "0"], ["--http-workers", "2", "--engine-thread"], ["--http-workers", "2", "--ray"]):
+    assert parse_args([]).http_workers == "auto" and parse_args(["--http-workers", "3"]).http_workers == 3
+    for bad in (["--http-workers", "0"], ["--http-workers", "2", "--engine-thread"], ["--http-workers", "2", "--ray"],
+                ["--http-workers", "many"]):
         with pytest.raises(SystemExit):
             parse_args(bad)
     err = capsys.readouterr().err
     assert "--http-workers must be between 1 and 64" in err and "needs the engine in its own process" in err
+    assert "must be a whole number or auto, got 'many'" in err
+
+
+def test_auto_http_workers_only_where_the_engine_runs_on_cuda_in_its_own_process_on_a_big_host():
+    auto = parse_args([])
+    assert http_workers(auto, cores=16, cuda=True) == AUTO_HTTP_WORKERS == 4
+    assert http_workers(auto, cores=2, cuda=True) == 1             # a small host keeps one process
+    assert http_workers(auto, cores=16, cuda=False) == 1           # the CPU engine is the bottleneck there
+    assert http_workers(parse_args(["--engine-thread"]), cores=16, cuda=True) == 1
+    assert http_workers(parse_args(["--ray"]), cores=16, cuda=True) == 1
+    assert http_workers(parse_args(["--http-workers", "1"]), cores=16, cuda=True) == 1   # as told
+    assert http_workers(parse_args(["--http-workers", "3"]), cores=2, cuda=False) == 3
 
 
 def children(pid: int) -> list[int]:
