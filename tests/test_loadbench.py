@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from engine.tools import loadbench
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_loadbench_tiny_cpu_writes_every_row(tmp_path, capsys):
@@ -105,6 +110,30 @@ class FullTarget(ShortTarget):
         return {"objects": [{}] * max_objects, "points": [{}] * max_objects}, None
 
 
+class ClockTarget(FullTarget):
+    """Each request takes 1 unit of a fake clock; reading the engine's counters takes 1000."""
+
+    def __init__(self, clock: list[float]) -> None:
+        self.clock = clock
+
+    def send(self, image, task, max_objects):
+        self.clock[0] += 1
+        return super().send(image, task, max_objects)
+
+    def engine_times(self):
+        self.clock[0] += 1000
+        return 0, {}, 0
+
+
+def test_req_per_s_counts_the_span_of_the_requests_not_the_reads_around_them(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(loadbench.time, "perf_counter", lambda: clock[0])
+    raw = loadbench.run_wave(ClockTarget(clock), loadbench.ImageSource(8, 4, "same", 0), "point", 2, 3, 2)
+    assert raw["wall"] >= 2000 and 1 <= raw["span"] <= 6   # 6 requests of 1 unit, two clients
+    row = loadbench.summarise("point", "same", 2, raw)
+    assert row["req_per_s"] == 6 / raw["span"] and row["req_per_s_window"] == 6 / raw["wall"]
+
+
 def test_think_time_pauses_between_a_clients_requests_only():
     pauses: list[float] = []
     raw = loadbench.run_wave(FullTarget(), loadbench.ImageSource(8, 4, "same", 0), "point", 3, 4, 2,
@@ -176,3 +205,14 @@ def test_loadbench_drives_the_http_server(tmp_path):
         # the event loop's CPU is part of the process's, and it cannot be busy longer than the row
         assert 0 < r["server_loop_cpu_ms_per_request"] <= r["server_process_cpu_ms_per_request"]
         assert 0 < r["server_loop_busy"] <= 1.05
+
+
+def test_the_client_side_loads_neither_torch_nor_the_engine():
+    """A client process spawned by `python -m engine.loadbench` imports `engine.loadbench` (as
+    `__mp_main__`) and `engine.tools.loadclients`; neither may pull torch in, or every client
+    process would spend seconds starting."""
+    code = ("import runpy, sys; import engine.tools.loadclients; runpy.run_module('engine.loadbench', run_name='__mp_main__'); "
+            "heavy = sorted(m for m in ('torch', 'engine.serving.engine', 'engine.tools.loadbench') if m in sys.modules); "
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -51,7 +51,7 @@ from PIL import Image
 from app.serve import build_app
 from app.serve_process import EngineProcess
 from engine.serving.crops import decode_image
-from engine.tools.loadbench import HttpTarget
+from engine.tools.loadclients import HttpTarget
 
 OBJECT = "car"
 ANSWER = {"objects": [{"x_min": 0.1 * i, "y_min": 0.2, "x_max": 0.1 * i + 0.05, "y_max": 0.4, "score": 0.9}
