@@ -7,8 +7,9 @@
 #
 # PLAN items, run in order:
 #   inproc                      python -m engine.loadbench in-process (c=32, max_batch 32)
-#   http:NAME:FLAGS:RUNS        python -m app.serve with FLAGS (comma-separated, e.g. --http-workers,4),
-#                               driven RUNS times by the same loadbench with --url, then stopped with SIGINT
+#   http:NAME:FLAGS:RUNS[:CPS]  python -m app.serve with FLAGS (comma-separated, e.g. --http-workers,4),
+#                               driven RUNS times by the same loadbench with --url, then stopped with SIGINT;
+#                               CPS (e.g. 4+8) cycles the runs' client processes (default $CLIENTS)
 # e.g. bash docs/experiments/serve_calls.sh inproc http:w1::2 http:w4:--http-workers,4:2 inproc
 # Each run's table goes to $OUT/rNAME.json, the servers' logs to $OUT/server-N.log. On the device
 # machine the wheels it lacks were installed first (the device README), into /tmp/site:
@@ -26,14 +27,17 @@ for item in "$@"; do
   case $item in
     inproc) timeout 200 $LB --json "$OUT/r$n-inproc.json" 2>&1 | grep -v "^\s*$" ;;
     http:*)
-      IFS=: read -r _ name flags reps <<<"$item"
+      IFS=: read -r _ name flags reps cps <<<"$item"
+      IFS=+ read -r -a cpl <<<"${cps:-${CLIENTS:-}}"
       python3 -m app.serve --weights /tmp/ckpt --no-repeat-guard --device cuda --dtype bf16 --max-batch 32 \
         --max-queue 1024 ${flags//,/ } > "$OUT/server-$n.log" 2>&1 &
       spid=$!
       for i in $(seq 120); do curl -sf http://127.0.0.1:2020/health >/dev/null && break; sleep 1; done
       echo "server up after ${i}s"
       for r in $(seq "${reps:-1}"); do
-        timeout 200 $LB --url http://127.0.0.1:2020/v1 ${CLIENTS:+--client-processes $CLIENTS} \
+        cp=${cpl[$(( (r - 1) % (${#cpl[@]} > 0 ? ${#cpl[@]} : 1) ))]:-}
+        echo "--- run $r${cp:+, $cp client processes}"
+        timeout 200 $LB --url http://127.0.0.1:2020/v1 ${cp:+--client-processes $cp} \
           --json "$OUT/r$n-$name-$r.json" 2>&1 | grep -v "^\s*$"
       done
       kill -INT $spid; for i in $(seq 60); do kill -0 $spid 2>/dev/null || break; sleep 1; done
