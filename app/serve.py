@@ -525,11 +525,11 @@ def main(argv: list[str] | None = None) -> int:
                    max_queue=args.max_queue, prefill_wait=args.prefill_wait, prefill_gather=args.prefill_gather,
                    repeat_guard=args.repeat_guard,
                    progress=sys.stderr.isatty())
-    from engine.model.device import resolve_device
+    from engine.model.device import DeviceError, resolve_device
 
     try:
         workers = http_workers(args, cores=os.cpu_count() or 1, cuda=resolve_device(args.device).type == "cuda")
-    except (ValueError, RuntimeError):   # a device this machine lacks: the engine's load says so below
+    except DeviceError:   # a device this machine lacks: loading the engine below says so, in one line
         workers = 1 if args.http_workers == "auto" else args.http_workers
     try:
         if args.engine_process:
