@@ -1,7 +1,10 @@
 #!/bin/bash
-# How the session-31 H200 calls were run (README, "Session 31: several HTTP server processes on
-# one port"): in-process rows and servers interleaved in one call, so every HTTP ratio has
-# in-process rows of the same call to divide by.
+# How the session-31 and session-32 H200 calls were run (README, "Session 31: several HTTP server
+# processes on one port" and "Session 32"): in-process rows and servers interleaved in one call, so
+# every HTTP ratio has in-process rows of the same call to divide by. Note: since session 32
+# `python -m app.serve` starts 4 HTTP processes by default on a CUDA host with 8+ cores
+# (`--http-workers auto`), so a plan item without --http-workers is no longer a one-process server
+# there; pass --http-workers,1 for that.
 #
 #   OUT=DIR [TASKS=detect,point] [MODES=same] [PER=8] [CLIENTS=4] bash docs/experiments/serve_calls.sh PLAN...
 #
