@@ -484,7 +484,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     elif args.http_workers > 1 and not args.engine_process:
         p.error("--http-workers needs the engine in its own process (not with --engine-thread or --ray)")
     elif args.http_workers > 1 and not hasattr(socket, "SO_REUSEPORT"):
-        p.error("--http-workers needs SO_REUSEPORT, which this system lacks; serve with one process (the default)")
+        p.error("--http-workers needs SO_REUSEPORT, which this system lacks; serve with --http-workers 1")
     if not 0 < args.port < 65536:
         p.error(f"--port must be between 1 and 65535, got {args.port}")
     if not 0 <= args.image_cache_mb <= 1 << 20:
