@@ -142,3 +142,12 @@ def hf_cache_snapshot(cache: Path, repo_id: str, revision: str, files: dict[str,
 def checkpoint_files(directory: Path, names: tuple[str, ...] = ("model.safetensors", "config.json", "tokenizer.json")
                      ) -> dict[str, bytes]:
     return {name: (directory / name).read_bytes() for name in names}
+
+
+@pytest.fixture
+def one_thread():
+    # A shared 2-core machine: OpenMP with 2 threads next to another busy process can be 10x slower.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -301,15 +301,6 @@ def test_stream_order_is_independent_of_workers(prompts, tokenizer):
     piped.close()
 
 
-@pytest.fixture
-def one_thread():
-    # A shared 2-core machine: OpenMP with 2 threads next to another busy process can be 10x slower.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_train_overfits_fixed_batch_and_writes_checkpoint(tmp_path, one_thread):
     result = T.train(tmp_path / "ck", preset="tiny", device="cpu", workers=0, fixed_batch=True, quiet=True,
                      steps=40, batch=3, queries=2, lr=3e-3, warmup=5, log_every=10, save_every=1e9, heldout=0,

@@ -3,6 +3,7 @@
     python -m engine.train --out DIR [--preset embedded] [--steps N] [--batch B] [--queries Q]
                            [--lr LR] [--seed S] [--device cuda|cpu] [--workers K] [--init DIR]
                            [--minutes M] [--save-every SEC] [--heldout N] [--reuse R] [--fixed-batch]
+                           [--grow-text-layers N] [--grow-vision-layers N]   (with --init)
 
 On every GPU of the host (one rank per GPU, DistributedDataParallel; `engine.training.distributed`):
 
@@ -120,6 +121,7 @@ from engine.serving.skills import normalize_query, prompt_ids
 from engine.model.text import rope_tables
 from engine.training.distributed import (STOP_INTERRUPTED, STOP_NONE, STOP_REASONS, STOP_TIME, SYNC_EVERY, Ranks,
                                          workers_per_rank)
+from engine.training.grow import grow, same_but_depth
 from engine.training.qa import make_qa, qa_ids
 from engine.training.vocab import build_tokenizer
 
@@ -148,6 +150,8 @@ RECIPE: dict[str, Any] = {
     "ground_heads": 0.5,     # share of the last text layer's heads whose attention is supervised (grounding)
     "probe_weight": 10.0,    # training-only linear read-outs of x / y / log-size from the same hiddens (MSE)
     "decoder_init": "fourier",  # region decoders' output rows start as smooth functions of the bin
+    "grow_text_layers": 0,   # blocks added to the --init model's towers, computing nothing at first (grow.py)
+    "grow_vision_layers": 0,
     "init_std": 0.02,
     "feature_std": 10.0,     # Fourier feature matrices (coord_features, size_features)
     "scene": OWN_SCENES,     # make_scene arguments: up to 25 objects, distractors, crowds, photo effects
@@ -895,10 +899,15 @@ def _train_ranks(out: str | Path, ranks: Ranks, *, preset: str | None, config: M
     prompts = prompt_table(config, tokenizer)
 
     torch.manual_seed(seed)
+    grow_layers = {"text_layers": recipe["grow_text_layers"], "vision_layers": recipe["grow_vision_layers"]}
     if init:   # every rank loads it (DDP also starts every rank from rank 0's weights)
         model = load_model(init, dtype="fp32", device="cpu")
-        if model.config != config:
+        if not same_but_depth(model.config, config):   # a grown checkpoint continues under its base preset
             raise ValueError(f"--init checkpoint {init} has another config than preset {preset!r}")
+        model = grow(model, **grow_layers)
+        config = model.config
+    elif any(grow_layers.values()):
+        raise ValueError("--grow-text-layers / --grow-vision-layers deepen an --init checkpoint; give --init DIR")
     else:
         model = init_model(config, seed, recipe)
     model = model.to(dev).train()
@@ -1186,6 +1195,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, help="data worker processes per rank (default on cuda: "
                                                "min(14, (cores - 2) // ranks); on cpu 0)")
     p.add_argument("--init", help="start from this checkpoint directory instead of random weights")
+    p.add_argument("--grow-text-layers", dest="grow_text_layers", type=int, default=None, metavar="N",
+                   help="with --init: add N text blocks (before the last) that compute nothing at first "
+                        "(engine/training/grow.py)")
+    p.add_argument("--grow-vision-layers", dest="grow_vision_layers", type=int, default=None, metavar="N",
+                   help="with --init: add N vision blocks likewise")
     p.add_argument("--empty-rate", dest="empty_rate", type=float,
                    help=f"share of point/detect queries that match nothing (0-1); default {RECIPE['empty_rate']}")
     p.add_argument("--hard-negatives", dest="hard_rate", type=float,
@@ -1203,9 +1217,14 @@ def main(argv: list[str] | None = None) -> int:
     for flag, value in (("--empty-rate", a.empty_rate), ("--hard-negatives", a.hard_rate), ("--qa-frac", a.qa_frac)):
         if value is not None and not 0.0 <= value <= 1.0:
             p.error(f"{flag} must be between 0 and 1, got {value}")
+    for flag, value in (("--grow-text-layers", a.grow_text_layers), ("--grow-vision-layers", a.grow_vision_layers)):
+        if value is not None and not 0 <= value <= 16:
+            p.error(f"{flag} must be between 0 and 16, got {value}")
+        if value and not a.init:
+            p.error(f"{flag} deepens an --init checkpoint; give --init DIR")
     overrides = {k: getattr(a, k) for k in ("steps", "batch", "queries", "reuse", "lr", "warmup", "seed", "minutes",
                                             "save_every", "log_every", "heldout", "coord_sigma", "size_sigma", "qa_frac",
-                                            "empty_rate", "hard_rate")}
+                                            "empty_rate", "hard_rate", "grow_text_layers", "grow_vision_layers")}
     if overrides["minutes"] == 0:
         overrides["minutes"] = None
     train(a.out, preset=a.preset, device=a.device, workers=a.workers, init=a.init, fixed_batch=a.fixed_batch, **overrides)
