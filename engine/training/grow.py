@@ -22,20 +22,20 @@ from engine.model.moondream import MoondreamModel
 ZEROED = ("attn.proj.", "mlp.fc2.")   # a block's writes to the residual stream
 
 
+def with_depth(config: MoondreamConfig, text_layers: int, vision_layers: int) -> MoondreamConfig:
+    return dataclasses.replace(config, text=dataclasses.replace(config.text, n_layers=text_layers),
+                               vision=dataclasses.replace(config.vision, n_layers=vision_layers))
+
+
 def grown_config(config: MoondreamConfig, *, text_layers: int = 0, vision_layers: int = 0) -> MoondreamConfig:
     if text_layers < 0 or vision_layers < 0:
         raise ValueError(f"layers to add must be 0 or more, got text {text_layers}, vision {vision_layers}")
-    return dataclasses.replace(
-        config, text=dataclasses.replace(config.text, n_layers=config.text.n_layers + text_layers),
-        vision=dataclasses.replace(config.vision, n_layers=config.vision.n_layers + vision_layers))
+    return with_depth(config, config.text.n_layers + text_layers, config.vision.n_layers + vision_layers)
 
 
 def same_but_depth(a: MoondreamConfig, b: MoondreamConfig) -> bool:
     """Whether two configs differ at most in their towers' layer counts (what `grow` changes)."""
-    return grown_config(a, text_layers=max(0, b.text.n_layers - a.text.n_layers),
-                        vision_layers=max(0, b.vision.n_layers - a.vision.n_layers)) == \
-        grown_config(b, text_layers=max(0, a.text.n_layers - b.text.n_layers),
-                     vision_layers=max(0, a.vision.n_layers - b.vision.n_layers))
+    return with_depth(a, b.text.n_layers, b.vision.n_layers) == b
 
 
 def _grown_tower(state: dict[str, torch.Tensor], tower: str, layers: int, added: int) -> dict[str, torch.Tensor]:

@@ -904,7 +904,8 @@ def _train_ranks(out: str | Path, ranks: Ranks, *, preset: str | None, config: M
         model = load_model(init, dtype="fp32", device="cpu")
         if not same_but_depth(model.config, config):   # a grown checkpoint continues under its base preset
             raise ValueError(f"--init checkpoint {init} has another config than preset {preset!r}")
-        model = grow(model, **grow_layers)
+        if any(grow_layers.values()):
+            model = grow(model, **grow_layers)
         config = model.config
     elif any(grow_layers.values()):
         raise ValueError("--grow-text-layers / --grow-vision-layers deepen an --init checkpoint; give --init DIR")
