@@ -28,12 +28,17 @@ from PIL import Image
 
 from engine.model.checkpoint import load_model, random_state_dict, save_checkpoint
 from engine.model.config import TINY
+from engine.model.device import resolve_dtype
 from engine.training.vocab import build_tokenizer
 
 TINY_SEED = 0
 # lm_head bias offsets that decide "another object?" (coord id 5 vs EOS id 0) before anything else
 # can: the logits of a std-0.02 random head are ~0.2, far below these.
 FORCE_BIAS = 8.0
+
+
+# What `--dtype auto` gives on this machine's CPU: bf16 where the CPU computes it natively, else fp32.
+CPU_AUTO_DTYPE = resolve_dtype("auto", torch.device("cpu"))
 
 
 @contextmanager

@@ -21,8 +21,8 @@ from tests.test_train import GOLDEN_SCENES
 def test_a_grown_model_gives_the_shipped_models_answers(tmp_path, one_thread):
     model = load_model(DEFAULT_WEIGHTS, dtype="fp32", device="cpu")
     grown = grow(model, text_layers=2, vision_layers=1)
-    assert (grown.config.text.n_layers, grown.config.vision.n_layers) == (EMBEDDED.text.n_layers + 2,
-                                                                         EMBEDDED.vision.n_layers + 1)
+    assert (grown.config.text.n_layers, grown.config.vision.n_layers) == (model.config.text.n_layers + 2,
+                                                                         model.config.vision.n_layers + 1)
     # the last text block (whose attention the grounding loss supervises) stays last
     assert torch.equal(grown.text.blocks[-1].attn.qkv.weight, model.text.blocks[-1].attn.qkv.weight)
     assert torch.equal(grown.text.blocks[-2].attn.proj.weight, torch.zeros_like(model.text.blocks[-1].attn.proj.weight))

@@ -22,7 +22,7 @@ from engine.model.hub import DEFAULT_REVISIONS, parse_source
 from engine.model.pretrained import check_pretrained, load_pretrained
 from engine.model.tokenizer import STARMIE_ID, resolve_tokenizer, starmie_problems
 
-from .conftest import checkpoint_files, hf_cache_snapshot
+from .conftest import CPU_AUTO_DTYPE, checkpoint_files, hf_cache_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = "pass --tokenizer"
@@ -76,9 +76,9 @@ def test_hub_id_loads_from_the_cache_like_the_directory(hub_cache, tiny_ckpt, sm
     hf_cache_snapshot(hub_cache, "acme/tiny-moondream", "v1", checkpoint_files(tiny_ckpt))
     hub_engine = Engine.from_pretrained("acme/tiny-moondream@v1", max_batch=2)
     info = hub_engine.model_info
-    assert info.label == "acme/tiny-moondream@v1" and (info.device, info.dtype) == ("cpu", "fp32")
+    assert info.label == "acme/tiny-moondream@v1" and (info.device, info.dtype) == ("cpu", CPU_AUTO_DTYPE)
     assert info.parameters == sum(p.numel() for p in hub_engine.model.parameters()) > 0
-    assert info.describe().startswith("acme/tiny-moondream@v1 · ") and info.describe().endswith(" · cpu · fp32")
+    assert info.describe().startswith("acme/tiny-moondream@v1 · ") and info.describe().endswith(f" · cpu · {CPU_AUTO_DTYPE}")
     local_engine = Engine.from_pretrained(tiny_ckpt, max_batch=2)
     assert local_engine.model_info.label == str(tiny_ckpt)
     for skill in ("detect", "point"):
@@ -194,7 +194,11 @@ def test_tokenizer_from_a_hub_id(hub_cache, tokenizer, tiny_ckpt):
 
 def test_auto_device_and_dtype(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(device_mod, "cpu_computes_bf16", lambda: False)
     assert device_mod.resolve("auto", "auto") == (torch.device("cpu"), "fp32")
+    monkeypatch.setattr(device_mod, "cpu_computes_bf16", lambda: True)   # AVX512-BF16 or AMX: bf16 is the faster
+    assert device_mod.resolve("auto", "auto") == (torch.device("cpu"), "bf16")
+    assert device_mod.resolve("cpu", "fp32") == (torch.device("cpu"), "fp32")
     assert device_mod.resolve("cpu", "bf16") == (torch.device("cpu"), "bf16")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
@@ -236,7 +240,7 @@ def test_cli_hub_id_prints_the_model_line_and_refuses_cuda(hub_cache, eager_ckpt
     assert ok.returncode == 0, ok.stderr
     assert len(json.loads(ok.stdout)["objects"]) == 2
     assert ok.stderr.strip().splitlines()[-1].startswith("model: acme/eager@2025-06-21 · ") and \
-        ok.stderr.strip().endswith("parameters · cpu · fp32"), ok.stderr
+        ok.stderr.strip().endswith(f"parameters · cpu · {CPU_AUTO_DTYPE}"), ok.stderr
     bad = cli("--weights", "acme/eager@2025-06-21", "--device", "cuda")
     if torch.version.cuda is None:
         assert bad.returncode == 2 and bad.stdout == ""
@@ -257,7 +261,7 @@ def test_batch_tool_takes_a_hub_id_and_names_the_model(hub_cache, eager_ckpt, sm
                        "--weights", "acme/eager@main", "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 0, err
-    assert any(line.startswith("model: acme/eager@main · ") and line.endswith(" · cpu · fp32")
+    assert any(line.startswith("model: acme/eager@main · ") and line.endswith(f" · cpu · {CPU_AUTO_DTYPE}")
                for line in err.splitlines()), err
     record = json.loads((out / "results.jsonl").read_text().splitlines()[0])
     assert len(record["result"]["points"]) == 2

@@ -17,7 +17,7 @@ from app.ui import build_demo, vocabulary_warning  # noqa: E402
 from engine.model.vocabulary import Vocabulary  # noqa: E402
 
 from .browser import page_at  # noqa: E402
-from .conftest import torch_threads  # noqa: E402
+from .conftest import CPU_AUTO_DTYPE, torch_threads  # noqa: E402
 
 SHAPES = ("circle", "square", "triangle", "star", "cross", "hexagon", "diamond")
 COLOURS = ("red", "green", "blue", "yellow", "purple", "orange", "white", "black")
@@ -40,7 +40,7 @@ def test_embedded_model_metadata():
     info = engine.model_info
     assert info.vocabulary.groups == {"shapes": SHAPES, "colours": COLOURS}
     assert info.vocabulary.examples and not any(info.vocabulary.unknown_words(q) for q in info.vocabulary.examples)
-    assert info.describe().endswith("assets/model · 8.21 M parameters · cpu · fp32")
+    assert info.describe().endswith(f"assets/model · 9.79 M parameters · cpu · {CPU_AUTO_DTYPE}")
 
 
 def test_warning_names_the_unknown_words():
@@ -71,7 +71,7 @@ def test_browser_shows_model_vocabulary_examples_and_warning(embedded):
     with page_at(embedded["url"]) as page:
         model_line = page.locator("#model-line").first
         model_line.wait_for(state="visible")
-        assert "assets/model · 8.21 M parameters · cpu · fp32" in model_line.inner_text()
+        assert f"assets/model · 9.79 M parameters · cpu · {CPU_AUTO_DTYPE}" in model_line.inner_text()
         vocab = page.locator("#vocabulary").first.inner_text()
         assert "only recognises" in vocab and all(w in vocab for w in SHAPES + COLOURS), vocab
         examples = page.locator("#query-examples").first

@@ -10,7 +10,7 @@ from PIL import Image
 import engine.tools.verify as verify
 from engine.verify import main
 
-from .conftest import random_image, torch_threads
+from .conftest import CPU_AUTO_DTYPE, random_image, torch_threads
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def test_identical_outputs_pass(capsys, eager_ckpt, samples):
     code, out, err = run(capsys, "--weights", str(eager_ckpt), "--samples", str(samples), "--objects", "red circle",
                          "--max-objects", "3", "--steps", "4")
     assert code == 0, out + err
-    assert out.splitlines()[0].startswith(f"model: {eager_ckpt} · ") and "· cpu · fp32" in out
+    assert out.splitlines()[0].startswith(f"model: {eager_ckpt} · ") and f"· cpu · {CPU_AUTO_DTYPE}" in out
     rows = [line for line in out.splitlines() if line.startswith("a.png")]
     # The eager checkpoint always continues, to the cap or until the repetition guard stops a
     # duplicate (the same rule in both decoders): same counts, identical outputs.

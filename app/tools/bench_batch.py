@@ -63,6 +63,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from engine.model.device import resolve
+
 ROOT = Path(__file__).resolve().parent.parent
 MODES = ("single", "ray")
 SPEED = re.compile(r"^speed: ([0-9.]+) images/s \((\d+) images in ([0-9.]+) s\)", re.MULTILINE)
@@ -297,7 +299,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--format", default="jpg", choices=("jpg", "png"))
     p.add_argument("--seed", type=int, default=0, help="scenes and random checkpoint")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"))
+    p.add_argument("--dtype", default="auto", choices=("auto", "fp32", "bf16", "fp16"),
+                   help="as app.batch takes it (auto: bf16 on a GPU or a CPU with native bf16, else fp32)")
     p.add_argument("--modes", default="single,ray", help="comma-separated, from: " + ", ".join(MODES))
     p.add_argument("--object", default="red circle")
     p.add_argument("--max-objects", type=int, default=10, metavar="M",
@@ -366,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{runs[0].out} and {runs[1].out} (first: {', '.join(mismatched[:5])}) !!!\n", file=sys.stderr)
 
     gpu = device_name(args.device)
+    args.dtype = resolve(args.device, args.dtype)[1]   # the name app.batch resolved "auto" to
     print(f"\n{args.preset or weights.name} {args.dtype} on {gpu} ({args.device}); {args.images} images, "
           f"detect {args.object!r}, max_objects {args.max_objects}")
     print(table(runs))

@@ -1,7 +1,7 @@
 """Where and in what precision the model runs: `--device auto|cpu|cuda[:N]`, `--dtype auto|fp32|bf16|fp16`.
 
 `auto` picks CUDA with bfloat16 when a CUDA device is usable (fp16 on GPUs without bf16),
-else the CPU with float32. Asking for CUDA without a CUDA build of PyTorch or without a
+else the CPU: bfloat16 where the CPU multiplies it natively (AVX512-BF16 or AMX), float32 elsewhere. Asking for CUDA without a CUDA build of PyTorch or without a
 visible device is a `DeviceError` that says which, and how to fix it.
 """
 
@@ -45,8 +45,16 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return torch.device("cuda", index)
 
 
+def cpu_computes_bf16() -> bool:
+    """Whether this CPU has bf16 matrix instructions (AVX512-BF16 or AMX tiles): there bf16 runs faster than fp32;
+    elsewhere PyTorch emulates it, slower than fp32."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")   # torch.cpu's own feature checks
+    return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
+
+
 def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None = None) -> str:
-    """The dtype name for `device`: `auto` → bf16 on CUDA (fp16 where bf16 is unsupported), fp32 on CPU."""
+    """The dtype name for `device`: `auto` → bf16 on CUDA (fp16 where bf16 is unsupported); on the CPU bf16 where
+    it is native (`cpu_computes_bf16`), else fp32."""
     names = {v: k for k, v in DTYPES.items()}
     name = names.get(dtype, "?") if isinstance(dtype, torch.dtype) else str(dtype).strip().lower()
     if name != "auto" and name not in DTYPES:   # fp64 too: the tests' near-exact comparisons use it
@@ -55,7 +63,7 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None
         return name
     if device is not None and device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return "fp32"
+    return "bf16" if cpu_computes_bf16() else "fp32"
 
 
 def resolve(device: str | torch.device = "auto", dtype: str | torch.dtype = "auto") -> tuple[torch.device, str]:

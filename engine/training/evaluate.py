@@ -2,7 +2,8 @@
 
     python -m engine.evaluate [--generator own|independent] [--weights DIR] [--n 500] [--seed 12345]
                               [--max-batch 16] [--latency-runs 30] [--threads 2] [--json PATH]
-                              [--qa N] [--qa-only] [--device cpu|cuda] [--engine FIELD=VALUE ...]
+                              [--qa N] [--qa-only] [--device cpu|cuda] [--dtype auto|fp32|bf16]
+                              [--engine FIELD=VALUE ...]
 
 `--generator own` (default): `engine.training.scenes.scene_batch(seed, n, **OWN_SCENES)` — the
 distribution training draws from, but another seed (training uses seeds [train_seed, batch,
@@ -46,8 +47,8 @@ Metrics (pure functions below, tested in tests/test_evaluate.py):
   (order, plurals and separators free; "none" must be said as such); caption — the set of
   (colour, shape) kinds named equals the scene's vocabulary kinds (an empty scene: it names none
   and says "no shapes"); caption_counts additionally needs every kind's count right.
-* latency: one detect per image with a max_batch=1 engine and `--threads` torch threads,
-  wall time from submit (image conversion and cropping included) to result; median over
+* latency: one detect per image with a max_batch=1 CPU engine and `--threads` torch threads, in
+  `--dtype` (auto: bf16 on a CPU with native bf16, else fp32, as the UI and CLI run), wall time from submit (image conversion and cropping included) to result; median over
   `--latency-runs` images after warm-up.
 """
 
@@ -325,13 +326,13 @@ def run_requests(engine, data, skill: str, chunk: int = 256) -> tuple[list[dict]
     return results, errors
 
 
-def measure_latency(weights, data, runs: int, threads: int, warmup: int = 3) -> dict:
+def measure_latency(weights, data, runs: int, threads: int, warmup: int = 3, dtype: str = "auto") -> dict:
     from engine.serving.engine import Engine
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        engine = Engine.from_pretrained(weights, device="cpu", dtype="fp32", max_batch=1)
+        engine = Engine.from_pretrained(weights, device="cpu", dtype=dtype, max_batch=1)
         for scene, query in data[len(data) - warmup:]:
             engine.detect(scene.image, query.text)
         times = []
@@ -341,7 +342,8 @@ def measure_latency(weights, data, runs: int, threads: int, warmup: int = 3) -> 
             times.append(1000 * (time.perf_counter() - t0))
     finally:
         torch.set_num_threads(before)
-    return {"threads": threads, "runs": len(times), "median_ms": statistics.median(times),
+    return {"threads": threads, "dtype": engine.model_info.dtype, "runs": len(times),
+            "median_ms": statistics.median(times),
             "p90_ms": float(np.percentile(times, 90)), "mean_ms": statistics.fmean(times)}
 
 
@@ -417,7 +419,8 @@ def generate(generator: str, seed: int, n: int):
 
 def evaluate(weights: str | Path | None, n: int = 500, seed: int = 12345, max_batch: int = 16,
              latency_runs: int = 30, threads: int = 2, quiet: bool = False, generator: str = "own",
-             qa: int = 0, objects: bool = True, device: str = "cpu", engine_options: dict | None = None) -> dict:
+             qa: int = 0, objects: bool = True, device: str = "cpu", engine_options: dict | None = None,
+             dtype: str = "auto") -> dict:
     """`engine_options`: EngineConfig fields for the evaluated engine (e.g. {"kernels": "torch"}):
     its outputs must not depend on them, so a metric that moves with one is an engine bug."""
     from engine.serving.engine import DEFAULT_WEIGHTS, Engine
@@ -425,9 +428,9 @@ def evaluate(weights: str | Path | None, n: int = 500, seed: int = 12345, max_ba
     weights = Path(weights) if weights is not None else DEFAULT_WEIGHTS
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     options = dict(engine_options or {})
-    engine = Engine.from_pretrained(weights, device=device, dtype="fp32", max_batch=max_batch, **options)
+    engine = Engine.from_pretrained(weights, device=device, dtype=dtype, max_batch=max_batch, **options)
     report: dict = {"weights": str(weights), "generator": generator, "n": n, "seed": seed, "max_batch": max_batch,
-                    "device": device, **({"engine_options": options} if options else {})}
+                    "device": device, "dtype": engine.model_info.dtype, **({"engine_options": options} if options else {})}
     if qa:
         report["qa"] = run_qa(engine, seed, qa)
         say(f"  questions and captions: {report['qa']['requests']} requests on {qa} own scenes in "
@@ -436,7 +439,7 @@ def evaluate(weights: str | Path | None, n: int = 500, seed: int = 12345, max_ba
         return report
     t0 = time.perf_counter()
     data = generate(generator, seed, n)
-    say(f"evaluate: {weights} on {n} {generator} scenes (seed {seed}), generated in {time.perf_counter() - t0:.1f}s")
+    say(f"evaluate: {weights} ({device}, {report['dtype']}) on {n} {generator} scenes (seed {seed}), generated in {time.perf_counter() - t0:.1f}s")
     answers, det_scores = {}, None
     for skill in ("detect", "point"):
         t0 = time.perf_counter()
@@ -458,7 +461,7 @@ def evaluate(weights: str | Path | None, n: int = 500, seed: int = 12345, max_ba
     report["empty_accuracy"] = _mean_of(report["detect"]["empty_accuracy"], report["point"]["empty_accuracy"])
     report["breakdowns"] = breakdowns(data, answers["detect"], answers["point"], det_scores)
     if latency_runs > 0:
-        report["latency"] = measure_latency(weights, data, min(latency_runs, n), threads)
+        report["latency"] = measure_latency(weights, data, min(latency_runs, n), threads, dtype=dtype)
     report["targets"] = check_targets(report)
     return report
 
@@ -522,8 +525,8 @@ def format_table(report: dict) -> str:
                 for k, v in parts[key].items()))
     if "latency" in report:
         lat = report["latency"]
-        lines.append(f"latency, one detect ({lat['threads']} threads, max_batch 1): median {lat['median_ms']:.1f} ms, "
-                     f"p90 {lat['p90_ms']:.1f} ms over {lat['runs']} images")
+        lines.append(f"latency, one detect ({lat['threads']} threads, {lat.get('dtype', 'fp32')}, max_batch 1): "
+                     f"median {lat['median_ms']:.1f} ms, p90 {lat['p90_ms']:.1f} ms over {lat['runs']} images")
     def target(k: str, t: dict) -> str:
         if t["met"] is None:
             return f"{k} not measured (target {t['target']})"
@@ -569,6 +572,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--qa-only", action="store_true", help="only the questions and captions (no detect/point, no latency)")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                     help="where the evaluated engine runs (the latency measurement always uses the CPU)")
+    ap.add_argument("--dtype", default="auto", choices=("auto", "fp32", "bf16"),
+                    help="compute dtype of the evaluated engine and of the latency measurement (auto: what the engine "
+                         "picks, as the UI and CLI do: bf16 on a GPU or a CPU with native bf16, else fp32)")
     ap.add_argument("--engine", action="append", default=[], metavar="FIELD=VALUE",
                     help="an EngineConfig field of the evaluated engine, e.g. kernels=torch, use_graphs=false, "
                          "device_crops=false, group_prefix=never (repeatable): the metrics must not move")
@@ -581,7 +587,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(str(e))
     report = evaluate(a.weights, n=a.n, seed=a.seed, max_batch=a.max_batch, latency_runs=a.latency_runs, threads=a.threads,
-                      generator=a.generator, qa=a.qa, objects=not a.qa_only, device=a.device, engine_options=options)
+                      generator=a.generator, qa=a.qa, objects=not a.qa_only, device=a.device, engine_options=options,
+                      dtype=a.dtype)
     print(format_table(report))
     if not a.json:
         return 0

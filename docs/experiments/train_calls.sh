@@ -1,0 +1,42 @@
+#!/bin/bash
+# How the H200 calls of session 34 trained the deeper embedded model, stages 14-16 (README, "The
+# embedded model"; session 33 ran the same two stages, lost with its checkpoints). One phase per
+# device call, issued back to back:
+#   OUT=DIR bash docs/experiments/train_calls.sh train NAME INIT MINUTES SEED LR [extra engine.train flags]
+#   OUT=DIR bash docs/experiments/train_calls.sh eval NAME...   (weights from ckpt/NAME)
+# train: python -m engine.train from INIT (assets/model or ckpt/NAME) into ckpt/NAME, the checkpoint
+#        returned as $OUT/NAME.tgz.* (16 MiB pieces; join with cat, then tar xzf into ckpt/).
+# eval:  python -m engine.evaluate on the GPU, 1,000 independent and 1,000 own scenes and the
+#        500-scene questions, for every NAME at once, reports as $OUT/eval.tgz. Not run yet: session 34
+#        spent its device time on training and evaluated on the CPU (1,000 scenes take ~3 min there).
+# On the device machine the wheels it lacks were installed first (the device README), into /tmp/site.
+set -u
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .wt/whl/*.whl 2>&1 | tail -2
+nvidia-smi --query-gpu=name --format=csv,noheader
+phase=$1; shift
+case $phase in
+  train)
+    name=$1 init=$2 minutes=$3 seed=$4 lr=$5; shift 5
+    python3 -m engine.train --out "/tmp/$name" --init "$init" --minutes "$minutes" --seed "$seed" --lr "$lr" \
+      --warmup 50 --qa-frac 0.4 --queries 12 --reuse 2 --coord-sigma 3 2 --size-sigma 4 3 --heldout 0 \
+      --save-every 60 "$@" 2>&1 | tee "$OUT/train-$name.log" | grep -E "^(train|done)|step +[0-9]*00/"
+    tar czf - -C /tmp "$name" | split -b 15M - "$OUT/$name.tgz."
+    ;;
+  eval)
+    mkdir -p /tmp/eval
+    for name in "$@"; do
+      w=ckpt/$name; [ "$name" = shipped ] && w=assets/model
+      for gen in independent own; do
+        python3 -m engine.evaluate --weights "$w" --generator $gen --n 1000 --device cuda --dtype fp32 --latency-runs 0 \
+          --json "/tmp/eval/$name-$gen.json" > "/tmp/eval/$name-$gen.txt" 2>&1 &
+      done
+      python3 -m engine.evaluate --weights "$w" --qa 500 --qa-only --device cuda --dtype fp32 \
+        --json "/tmp/eval/$name-qa.json" > "/tmp/eval/$name-qa.txt" 2>&1 &
+    done
+    wait
+    grep -h -E "^targets|^(count|yesno|yes_no|colour|which|list|caption) " /tmp/eval/*.txt
+    for f in /tmp/eval/*.txt; do echo "== $f"; grep -E "targets|count |yes|colour|caption " "$f" | head -8; done
+    tar czf "$OUT/eval.tgz" -C /tmp eval
+    ;;
+esac
