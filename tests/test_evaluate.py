@@ -132,11 +132,13 @@ def test_targets_and_table():
     d = detect_metrics([([A], [A])])
     p = point_metrics([([], [], (10, 10))])
     report = {"detect": {**d, "errors": 0}, "point": {**p, "errors": 0}, "count_exact": 1.0,
-              "latency": {"threads": 2, "runs": 3, "median_ms": 90.0, "p90_ms": 130.0, "mean_ms": 91.0}}
+              "latency": {"threads": 2, "dtype": "bf16", "runs": 3, "median_ms": 90.0, "p90_ms": 130.0,
+                          "mean_ms": 91.0}}
     report["targets"] = check_targets(report)
     assert report["targets"]["detect_ap50"]["met"] and report["targets"]["latency_ms_median"]["met"]
     assert report["targets"]["point_hit_rate"]["met"] is None
-    assert "AP50" in format_table(report)
+    table = format_table(report)
+    assert "AP50" in table and "latency, one detect (2 threads, bf16, max_batch 1): median 90.0 ms" in table
 
 
 def _coco_ap50(items) -> float:

@@ -369,8 +369,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{runs[0].out} and {runs[1].out} (first: {', '.join(mismatched[:5])}) !!!\n", file=sys.stderr)
 
     gpu = device_name(args.device)
-    args.dtype = resolve(args.device, args.dtype)[1]   # the name app.batch resolved "auto" to
-    print(f"\n{args.preset or weights.name} {args.dtype} on {gpu} ({args.device}); {args.images} images, "
+    dtype = resolve(args.device, args.dtype)[1]   # the name app.batch resolved "auto" to
+    print(f"\n{args.preset or weights.name} {dtype} on {gpu} ({args.device}); {args.images} images, "
           f"detect {args.object!r}, max_objects {args.max_objects}")
     print(table(runs))
     ratio = ratios(runs)
@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
               f"(every field but ms, floats within {args.tol:g})")
 
     if args.out_json:
-        info = {"gpu": gpu, "device": args.device, "dtype": args.dtype, "preset": args.preset, "weights": str(weights),
+        info = {"gpu": gpu, "device": args.device, "dtype": dtype, "preset": args.preset, "weights": str(weights),
                 "images": args.images, "size": list(args.size), "format": args.format, "object": args.object,
                 "max_objects": args.max_objects, "python": platform.python_version(),
                 "torch": version("torch"), "ray": version("ray"), "workdir": str(workdir),

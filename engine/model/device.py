@@ -1,8 +1,9 @@
 """Where and in what precision the model runs: `--device auto|cpu|cuda[:N]`, `--dtype auto|fp32|bf16|fp16`.
 
 `auto` picks CUDA with bfloat16 when a CUDA device is usable (fp16 on GPUs without bf16),
-else the CPU: bfloat16 where the CPU multiplies it natively (AVX512-BF16 or AMX), float32 elsewhere. Asking for CUDA without a CUDA build of PyTorch or without a
-visible device is a `DeviceError` that says which, and how to fix it.
+else the CPU: bfloat16 where the CPU multiplies it natively (AVX512-BF16 or AMX), float32
+elsewhere. Asking for CUDA without a CUDA build of PyTorch or without a visible device is a
+`DeviceError` that says which, and how to fix it.
 """
 
 from __future__ import annotations

@@ -48,8 +48,9 @@ Metrics (pure functions below, tested in tests/test_evaluate.py):
   (colour, shape) kinds named equals the scene's vocabulary kinds (an empty scene: it names none
   and says "no shapes"); caption_counts additionally needs every kind's count right.
 * latency: one detect per image with a max_batch=1 CPU engine and `--threads` torch threads, in
-  `--dtype` (auto: bf16 on a CPU with native bf16, else fp32, as the UI and CLI run), wall time from submit (image conversion and cropping included) to result; median over
-  `--latency-runs` images after warm-up.
+  `--dtype` (auto: bf16 on a CPU with native bf16, else fp32, as the UI and CLI run), wall time
+  from submit (image conversion and cropping included) to result; median over `--latency-runs`
+  images after warm-up.
 """
 
 from __future__ import annotations
@@ -430,7 +431,8 @@ def evaluate(weights: str | Path | None, n: int = 500, seed: int = 12345, max_ba
     options = dict(engine_options or {})
     engine = Engine.from_pretrained(weights, device=device, dtype=dtype, max_batch=max_batch, **options)
     report: dict = {"weights": str(weights), "generator": generator, "n": n, "seed": seed, "max_batch": max_batch,
-                    "device": device, "dtype": engine.model_info.dtype, **({"engine_options": options} if options else {})}
+                    "device": device, "dtype": engine.model_info.dtype,
+                    **({"engine_options": options} if options else {})}
     if qa:
         report["qa"] = run_qa(engine, seed, qa)
         say(f"  questions and captions: {report['qa']['requests']} requests on {qa} own scenes in "
@@ -439,7 +441,8 @@ def evaluate(weights: str | Path | None, n: int = 500, seed: int = 12345, max_ba
         return report
     t0 = time.perf_counter()
     data = generate(generator, seed, n)
-    say(f"evaluate: {weights} ({device}, {report['dtype']}) on {n} {generator} scenes (seed {seed}), generated in {time.perf_counter() - t0:.1f}s")
+    say(f"evaluate: {weights} ({device}, {report['dtype']}) on {n} {generator} scenes (seed {seed}), "
+        f"generated in {time.perf_counter() - t0:.1f}s")
     answers, det_scores = {}, None
     for skill in ("detect", "point"):
         t0 = time.perf_counter()
@@ -525,7 +528,7 @@ def format_table(report: dict) -> str:
                 for k, v in parts[key].items()))
     if "latency" in report:
         lat = report["latency"]
-        lines.append(f"latency, one detect ({lat['threads']} threads, {lat.get('dtype', 'fp32')}, max_batch 1): "
+        lines.append(f"latency, one detect ({lat['threads']} threads, {lat['dtype']}, max_batch 1): "
                      f"median {lat['median_ms']:.1f} ms, p90 {lat['p90_ms']:.1f} ms over {lat['runs']} images")
     def target(k: str, t: dict) -> str:
         if t["met"] is None:
