@@ -17,9 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
-import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from engine.model.checkpoint import (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, CheckpointError, check_tensors,
                                      load_config, read_header)
@@ -38,17 +36,14 @@ def average_checkpoints(sources: list[str | Path], out: str | Path) -> Path:
             if (s / name).read_bytes() != (sources[0] / name).read_bytes():
                 raise CheckpointError(f"{s}: its {name} differs from {sources[0]}'s; only checkpoints of one "
                                       f"architecture and tokenizer can be averaged")
-    total: dict[str, torch.Tensor] = {}
-    dtypes: dict[str, torch.dtype] = {}
-    for s in sources:
-        with safe_open(str(s / WEIGHTS_FILE), framework="pt", device="cpu") as f:
-            for key in f.keys():
-                t = f.get_tensor(key)
-                dtypes.setdefault(key, t.dtype)
-                total[key] = total[key] + t.double() if key in total else t.double()
+    first = load_file(str(sources[0] / WEIGHTS_FILE))
+    total = {key: t.double() for key, t in first.items()}
+    for s in sources[1:]:   # the same keys: one config.json, checked above
+        for key, t in load_file(str(s / WEIGHTS_FILE)).items():
+            total[key] += t.double()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    save_file({k: (v / len(sources)).to(dtypes[k]).contiguous() for k, v in total.items()}, str(out / WEIGHTS_FILE))
+    save_file({k: (v / len(sources)).to(first[k].dtype).contiguous() for k, v in total.items()}, str(out / WEIGHTS_FILE))
     for name in (CONFIG_FILE, TOKENIZER_FILE):
         shutil.copyfile(sources[0] / name, out / name)
     return out
