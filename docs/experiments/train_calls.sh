@@ -1,11 +1,16 @@
 #!/bin/bash
-# How the H200 calls of sessions 34-35 trained the deeper embedded model, stages 14-19 (README, "The
+# How the H200 calls of sessions 34-36 trained the deeper embedded model, stages 14-22 (README, "The
 # embedded model"; session 33 ran the same two stages, lost with its checkpoints). One phase per
 # device call, issued back to back. Session 35 (stages 17-19, each from the one before):
 #   train stage17 assets/model 8.4 30 3e-4 --empty-rate 0.25 --hard-negatives 0.5
 #   train stage18 ckpt/stage17 8.4 31 2.5e-4 --empty-rate 0.25 --hard-negatives 0.5
 #   train stage19 ckpt/stage18 4.3 32 2e-4 --empty-rate 0.25 --hard-negatives 0.5
 # then, on the CPU: python -m engine.training.average --out assets/model ckpt/stage17 ckpt/stage18 ckpt/stage19
+# Session 36 (stages 20-22, from that mean, each from the one before; shipped: the mean of 21 and 22):
+#   train stage20 assets/model 8.4 33 2.5e-4 --empty-rate 0.25 --hard-negatives 0.5
+#   train stage21 ckpt/stage20 8.4 34 2e-4 --empty-rate 0.25 --hard-negatives 0.5
+#   train stage22 ckpt/stage21 8.0 35 1.5e-4 --empty-rate 0.25 --hard-negatives 0.5
+# then: python -m engine.training.average --out assets/model ckpt/stage21 ckpt/stage22
 #   OUT=DIR bash docs/experiments/train_calls.sh train NAME INIT MINUTES SEED LR [extra engine.train flags]
 #   OUT=DIR bash docs/experiments/train_calls.sh eval NAME...   (weights from ckpt/NAME)
 # train: python -m engine.train from INIT (assets/model or ckpt/NAME) into ckpt/NAME, the checkpoint
