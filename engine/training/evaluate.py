@@ -418,6 +418,38 @@ def generate(generator: str, seed: int, n: int):
     raise ValueError(f"unknown generator {generator!r}; choose one of {', '.join(GENERATORS)}")
 
 
+def score_objects(engine, data, say=lambda *a: None) -> tuple[dict, dict]:
+    """Run detect and point for every (scene, query) of `data` through `engine` and score the answers.
+
+    Returns (metrics, answers): metrics holds the report's "detect", "point", "count_exact",
+    "empty_accuracy" and "breakdowns"; answers holds per query the detect boxes ("detect"), their
+    scores ("scores") and the points ("point"), for breakdowns of the caller's own."""
+    n = len(data)
+    report: dict = {}
+    answers, det_scores = {}, None
+    for skill in ("detect", "point"):
+        t0 = time.perf_counter()
+        results, errors = run_requests(engine, data, skill)
+        dt = time.perf_counter() - t0
+        if skill == "detect":
+            answers[skill] = [_boxes(r) for r in results]
+            det_scores = [_scores(r) for r in results]
+            m = detect_metrics([(b, [o.box for o in q.matches]) for b, (_, q) in zip(answers[skill], data)],
+                               scores=det_scores)
+        else:
+            answers[skill] = [_points(r) for r in results]
+            m = point_metrics([(p, q.matches, s.image.size) for p, (s, q) in zip(answers[skill], data)])
+        m.update(errors=errors, seconds=round(dt, 2), requests_per_s=round(n / dt, 1))
+        report[skill] = m
+        say(f"  {skill}: {n} requests in {dt:.1f}s ({n / dt:.1f}/s), {errors} errors")
+    both = [report["detect"]["count_exact"], report["point"]["count_exact"]]
+    report["count_exact"] = float(np.mean(both))
+    report["empty_accuracy"] = _mean_of(report["detect"]["empty_accuracy"], report["point"]["empty_accuracy"])
+    report["breakdowns"] = breakdowns(data, answers["detect"], answers["point"], det_scores)
+    answers["scores"] = det_scores
+    return report, answers
+
+
 def evaluate(weights: str | Path | None, n: int = 500, seed: int = 12345, max_batch: int = 16,
              latency_runs: int = 30, threads: int = 2, quiet: bool = False, generator: str = "own",
              qa: int = 0, objects: bool = True, device: str = "cpu", engine_options: dict | None = None,
@@ -443,26 +475,7 @@ def evaluate(weights: str | Path | None, n: int = 500, seed: int = 12345, max_ba
     data = generate(generator, seed, n)
     say(f"evaluate: {weights} ({device}, {report['dtype']}) on {n} {generator} scenes (seed {seed}), "
         f"generated in {time.perf_counter() - t0:.1f}s")
-    answers, det_scores = {}, None
-    for skill in ("detect", "point"):
-        t0 = time.perf_counter()
-        results, errors = run_requests(engine, data, skill)
-        dt = time.perf_counter() - t0
-        if skill == "detect":
-            answers[skill] = [_boxes(r) for r in results]
-            det_scores = [_scores(r) for r in results]
-            m = detect_metrics([(b, [o.box for o in q.matches]) for b, (_, q) in zip(answers[skill], data)],
-                               scores=det_scores)
-        else:
-            answers[skill] = [_points(r) for r in results]
-            m = point_metrics([(p, q.matches, s.image.size) for p, (s, q) in zip(answers[skill], data)])
-        m.update(errors=errors, seconds=round(dt, 2), requests_per_s=round(n / dt, 1))
-        report[skill] = m
-        say(f"  {skill}: {n} requests in {dt:.1f}s ({n / dt:.1f}/s), {errors} errors")
-    both = [report["detect"]["count_exact"], report["point"]["count_exact"]]
-    report["count_exact"] = float(np.mean(both))
-    report["empty_accuracy"] = _mean_of(report["detect"]["empty_accuracy"], report["point"]["empty_accuracy"])
-    report["breakdowns"] = breakdowns(data, answers["detect"], answers["point"], det_scores)
+    report.update(score_objects(engine, data, say)[0])
     if latency_runs > 0:
         report["latency"] = measure_latency(weights, data, min(latency_runs, n), threads, dtype=dtype)
     report["targets"] = check_targets(report)

@@ -1,0 +1,85 @@
+"""Evaluate a checkpoint on the third, separately written scene generator (docs/experiments/third_scenes.py).
+
+    python docs/experiments/third_eval.py --weights DIR [--n 500] [--seed 777] [--dtype auto|fp32|bf16] [--json OUT]
+
+Metrics are computed as `engine.training.evaluate.evaluate()` computes them (its public metric
+functions); also a per-shape / per-colour / per-background / per-size breakdown of detect and point recall.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+
+from docs.experiments.third_scenes import third_batch  # noqa: E402
+from engine.training.evaluate import greedy_match, point_match, score_objects  # noqa: E402
+
+
+def _recall_by(data, det, pts, key):
+    table: dict[str, list[int]] = {}
+    for (scene, query), boxes, points in zip(data, det, pts):
+        _, fd = greedy_match(boxes, [o.box for o in query.matches])
+        _, fp = point_match(points, query.matches, scene.image.size)
+        for o, a, b in zip(query.matches, fd, fp):
+            c = table.setdefault(key(scene, o), [0, 0, 0])
+            c[0] += 1
+            c[1] += a
+            c[2] += b
+    return {k: {"objects": n, "detect_recall": d / n, "point_recall": p / n} for k, (n, d, p) in sorted(table.items())}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--weights", required=True)
+    ap.add_argument("--n", type=int, default=500)
+    ap.add_argument("--seed", type=int, default=777)
+    ap.add_argument("--dtype", default="auto", choices=("auto", "fp32", "bf16"))
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+
+    from engine.serving.engine import Engine
+
+    t0 = time.perf_counter()
+    data = third_batch(a.seed, a.n)
+    print(f"generated {a.n} third scenes (seed {a.seed}) in {time.perf_counter() - t0:.1f}s", flush=True)
+    engine = Engine.from_pretrained(a.weights, device="cpu", dtype=a.dtype, max_batch=16)
+    report: dict = {"weights": str(a.weights), "generator": "third", "n": a.n, "seed": a.seed,
+                    "dtype": engine.model_info.dtype}
+    metrics, answers = score_objects(engine, data, say=lambda *m: print(*m, flush=True))
+    report.update(metrics)
+    det, pts = answers["detect"], answers["point"]
+    report["breakdowns"]["colour"] = _recall_by(data, det, pts, lambda s, o: o.colour)
+    report["breakdowns"]["background_objects"] = _recall_by(data, det, pts, lambda s, o: s.background)
+    report["breakdowns"]["shape_colour"] = _recall_by(data, det, pts, lambda s, o: f"{o.colour} {o.shape}")
+
+    d, p = report["detect"], report["point"]
+    pct = lambda v: "—" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+    print(f"detect AP50      {pct(d['ap50'])}")
+    print(f"detect precision {pct(d['precision'])}")
+    print(f"detect recall    {pct(d['recall'])}")
+    print(f"point hit rate   {pct(p['hit_rate'])}   (point recall {pct(p['recall'])})")
+    print(f"exact count      {pct(report['count_exact'])}   (detect {pct(d['count_exact'])}, point {pct(p['count_exact'])})")
+    print(f"empty accuracy   {pct(report['empty_accuracy'])}   ({d['empty_queries']} empty queries)")
+    print(f"queries          {d['queries']}   (ground-truth objects {d['ground_truth']})")
+    b = report["breakdowns"]
+    for key in ("shape", "colour", "size", "tilt", "background_objects"):
+        print(f"recall by {key}: " + ", ".join(f"{k} {pct(v['detect_recall'])}/{pct(v['point_recall'])} (n={v['objects']})"
+                                            for k, v in b[key].items()) + "  [detect/point]")
+    for key in ("form", "crowd", "background"):
+        print(f"by {key}: " + ", ".join(f"{k} AP50 {pct(v['detect_ap50'])} P {pct(v['detect_precision'])} "
+                                        f"empty {pct(v['empty_accuracy'])} (q={v['queries']})" for k, v in b[key].items()))
+    if a.json:
+        Path(a.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
