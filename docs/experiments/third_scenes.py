@@ -128,7 +128,7 @@ def _tilt(shape: str, angle: float) -> float:
 
 
 def _rasterise(shape: str, radius: float, angle: float, rng):
-    """(coverage float32 (n, n), mask-pixel bounds) of the shape centred in an n x n canvas."""
+    """Coverage (float32 (n, n), 0..1) of the shape centred in an n x n canvas."""
     n = int(math.ceil(2 * radius)) + 4
     c = n / 2 + rng.uniform(-0.5, 0.5, 2)
     th = math.radians(angle)

@@ -426,16 +426,16 @@ def score_objects(engine, data, say=lambda *a: None) -> tuple[dict, dict]:
     scores ("scores") and the points ("point"), for breakdowns of the caller's own."""
     n = len(data)
     report: dict = {}
-    answers, det_scores = {}, None
+    answers: dict = {}
     for skill in ("detect", "point"):
         t0 = time.perf_counter()
         results, errors = run_requests(engine, data, skill)
         dt = time.perf_counter() - t0
         if skill == "detect":
             answers[skill] = [_boxes(r) for r in results]
-            det_scores = [_scores(r) for r in results]
+            answers["scores"] = [_scores(r) for r in results]
             m = detect_metrics([(b, [o.box for o in q.matches]) for b, (_, q) in zip(answers[skill], data)],
-                               scores=det_scores)
+                               scores=answers["scores"])
         else:
             answers[skill] = [_points(r) for r in results]
             m = point_metrics([(p, q.matches, s.image.size) for p, (s, q) in zip(answers[skill], data)])
@@ -445,8 +445,7 @@ def score_objects(engine, data, say=lambda *a: None) -> tuple[dict, dict]:
     both = [report["detect"]["count_exact"], report["point"]["count_exact"]]
     report["count_exact"] = float(np.mean(both))
     report["empty_accuracy"] = _mean_of(report["detect"]["empty_accuracy"], report["point"]["empty_accuracy"])
-    report["breakdowns"] = breakdowns(data, answers["detect"], answers["point"], det_scores)
-    answers["scores"] = det_scores
+    report["breakdowns"] = breakdowns(data, answers["detect"], answers["point"], answers["scores"])
     return report, answers
 
 
