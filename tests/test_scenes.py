@@ -152,14 +152,14 @@ def test_make_scene_deterministic_from_generator():
 
 # ------------------------------------------------------------------ ground truth
 
-def _check_scene(scene: Scene) -> None:
+def _check_scene(scene: Scene, shades: dict = COLOUR_RANGES) -> None:
     arr = np.asarray(scene.image)
     w, h = scene.image.size
     assert arr.shape == (h, w, 3) and scene.image.mode == "RGB"
     for i, obj in enumerate(scene.objects):
         assert obj.shape in SHAPES + DISTRACTOR_SHAPES and obj.colour in {**COLOURS, **DISTRACTOR_COLOURS}
         assert obj.known or obj.shape in DISTRACTOR_SHAPES or obj.colour in DISTRACTOR_COLOURS
-        assert in_range(obj.rgb, {**COLOUR_RANGES, **DISTRACTOR_COLOURS}[obj.colour])
+        assert in_range(obj.rgb, {**shades, **DISTRACTOR_COLOURS}[obj.colour])
         x0, y0, x1, y1 = obj.box
         assert 0.0 <= x0 < x1 <= 1.0 and 0.0 <= y0 < y1 <= 1.0
         px0, py0, px1, py1 = _pixel_rect(obj, w, h)
@@ -399,3 +399,57 @@ def test_hard_negatives_are_near_misses_and_leave_the_default_stream_alone():
         near += scenes.near_miss(q.text, taken)
         plain += scenes.near_miss(make_query(np.random.default_rng([seed, 2]), scene, empty_rate=1.0).text, taken)
     assert near > plain and near >= 50, (near, plain)
+
+
+# ------------------------------------------------------------------ training-only variety
+
+def test_wide_colour_ranges_contain_the_own_and_stay_apart_from_distractors():
+    rng = np.random.default_rng(8)
+    wide = scenes.WIDE_COLOUR_RANGES
+    assert set(wide) == set(COLOURS)
+    ranges = {**wide, **DISTRACTOR_COLOURS}
+    for name, spec in ranges.items():
+        for _ in range(300):
+            rgb = np.rint(hsv_shade(rng, spec))
+            assert in_range(rgb, spec), (name, rgb)
+            others = [o for o, sp in ranges.items() if o != name and in_range(rgb, sp, tol=0.0)]
+            assert not others, (name, rgb, others)
+        if name in COLOUR_RANGES:   # every own shade is also a wide shade of the same name
+            for _ in range(100):
+                assert in_range(np.rint(hsv_shade(rng, COLOUR_RANGES[name])), spec), name
+
+
+def test_variety_backgrounds_keep_their_distance_and_marks_stay_small():
+    rng = np.random.default_rng(6)
+    kinds = Counter()
+    flat_kinds = {"flat", "checker", "stripes", "dots", "grid", "confetti"}   # pixels are base colours only
+    for _ in range(200):
+        img, kind = scenes.background(rng, 203, 157, variety=True)
+        assert img.shape == (157, 203, 3) and img.dtype == np.uint8
+        kinds[kind] += 1
+        if kind in flat_kinds:
+            px = np.unique(img.reshape(-1, 3), axis=0).astype(np.float64)
+            assert len(px) <= 3, kind
+            dist = np.sqrt(((px[:, None, :] - scenes.WIDE_OBJECT_RGB[None]) ** 2).sum(-1)).min(1)
+            assert dist.min() >= scenes.VARIETY_BG_DISTANCE - 1.0, (kind, px)
+        if kind == "dots":   # no dot is as wide as the smallest object
+            base = img[0, 0] if (img == img[0, 0]).all(-1).mean() > 0.5 else img[1, 1]
+            on = ~(img == base).all(-1)
+            edges = [np.flatnonzero(np.diff(np.r_[0, row, 0])) for row in on.astype(int)]   # run starts, ends
+            runs = max((e[1::2] - e[0::2]).max(initial=0) for e in edges)
+            assert runs <= scenes.MIN_OBJECT_PX, runs
+    assert set(kinds) == set(scenes.BACKGROUNDS + scenes.VARIETY_BACKGROUNDS)
+
+
+def test_variety_scenes_keep_exact_ground_truth():
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        scene = make_scene(rng, **{**scenes.VARIETY_SCENES, "effects": False})
+        _check_scene(scene, scenes.WIDE_COLOUR_RANGES)
+
+
+def test_variety_is_off_in_the_own_generator():
+    assert "variety" not in OWN_SCENES and scenes.VARIETY_SCENES["variety"] is True
+    a = make_scene(np.random.default_rng(3), **OWN_SCENES)
+    b = make_scene(np.random.default_rng(3), **OWN_SCENES, variety=False)
+    assert a.image.tobytes() == b.image.tobytes() and a.background in scenes.BACKGROUNDS

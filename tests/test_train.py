@@ -326,6 +326,18 @@ def test_heldout_check_scores_the_saved_checkpoint(tmp_path, prompts, one_thread
     assert {"detect_ap50", "point_hit_rate", "detect_count_exact", "point_count_exact"} <= set(report)
 
 
+def test_variety_flag_trains_on_the_widened_scenes(tmp_path, one_thread, monkeypatch):
+    seen = []
+    real = T.make_scene
+    monkeypatch.setattr(T, "make_scene", lambda rng, **kw: seen.append(kw) or real(rng, **{**kw, "size_range": (96, 112)}))
+    assert T.main(["--out", str(tmp_path), "--preset", "tiny", "--device", "cpu", "--workers", "0", "--steps", "1",
+                   "--batch", "2", "--queries", "1", "--heldout", "0", "--variety"]) == 0
+    assert seen and all(kw.get("variety") is True for kw in seen)
+    start = json.loads((tmp_path / "train_log.jsonl").read_text().splitlines()[0])
+    assert start["recipe"]["scene"]["variety"] is True
+    assert "variety" not in T.RECIPE["scene"]    # the default recipe keeps the own-generator scenes
+
+
 def test_train_module_needs_no_engine_or_grammars():
     # engine.training.train (and what its held-out check imports lazily) must run where outlines-core is absent
     code = ("import sys, engine.training.train, engine.training.evaluate, engine.model.reference; "

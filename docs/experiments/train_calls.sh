@@ -1,5 +1,5 @@
 #!/bin/bash
-# How the H200 calls of sessions 34-36 trained the deeper embedded model, stages 14-22 (README, "The
+# How the H200 calls of sessions 34-37 trained the deeper embedded model, stages 14-25 (README, "The
 # embedded model"; session 33 ran the same two stages, lost with its checkpoints). One phase per
 # device call, issued back to back. Session 35 (stages 17-19, each from the one before):
 #   train stage17 assets/model 8.4 30 3e-4 --empty-rate 0.25 --hard-negatives 0.5
@@ -11,6 +11,11 @@
 #   train stage21 ckpt/stage20 8.4 34 2e-4 --empty-rate 0.25 --hard-negatives 0.5
 #   train stage22 ckpt/stage21 8.0 35 1.5e-4 --empty-rate 0.25 --hard-negatives 0.5
 # then: python -m engine.training.average --out assets/model ckpt/stage21 ckpt/stage22
+# Session 37 (stages 23-25 on the widened training scenes, --variety; from that mean, each from the one
+# before; shipped: stage 25 alone, chosen on the own generator):
+#   train stage23 assets/model 8.4 36 2.5e-4 --empty-rate 0.25 --hard-negatives 0.5 --variety
+#   train stage24 ckpt/stage23 8.4 37 2e-4 --empty-rate 0.25 --hard-negatives 0.5 --variety
+#   train stage25 ckpt/stage24 8.4 38 1.5e-4 --empty-rate 0.25 --hard-negatives 0.5 --variety
 #   OUT=DIR bash docs/experiments/train_calls.sh train NAME INIT MINUTES SEED LR [extra engine.train flags]
 #   OUT=DIR bash docs/experiments/train_calls.sh eval NAME...   (weights from ckpt/NAME)
 # train: python -m engine.train from INIT (assets/model or ckpt/NAME) into ckpt/NAME, the checkpoint

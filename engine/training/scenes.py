@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFilter
+from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
 from engine.model.vocabulary import Vocabulary
 
@@ -95,9 +95,30 @@ MAX_ASPECT = 3.0        # image aspect ratio stays within [1/3, 3]
 SYMMETRY = {"circle": 0.0, "square": 90.0, "triangle": 120.0, "star": 72.0, "cross": 90.0, "hexagon": 60.0,
             "diamond": 180.0}   # rotation period in degrees (0: rotation changes nothing)
 
-# The training distribution (engine.training.train's RECIPE and `engine.evaluate --generator own`).
+# The own generator (`engine.evaluate --generator own`), unchanged since stage 16 so that its figures
+# compare across models.
 OWN_SCENES: dict[str, Any] = {"min_objects": 0, "max_objects": 25, "size_range": (96, 512), "distractors": 4,
                               "crowd_rate": 0.35, "effects": True}
+
+# Training-only widening (`make_scene(variety=True)`, engine.training.train's RECIPE from stage 23):
+# each colour name's shades reach further (darker reds, blues, greens and purples; a wider hue for
+# orange and yellow), backgrounds take any muted, light, dark or off-vocabulary vivid colour that keeps
+# VARIETY_BG_DISTANCE from every shade, and VARIETY_BACKGROUNDS add patterns of many small marks
+# (polka dots, confetti), grid lines and radial gradients. Distractor colours stay disjoint from the
+# wide ranges (tests/test_scenes.py checks it).
+WIDE_COLOUR_RANGES: dict[str, tuple[float, float, float, float, float, float]] = {
+    "red": (-14, 8, 0.65, 1.0, 0.55, 1.0),
+    "orange": (20, 36, 0.75, 1.0, 0.82, 1.0),
+    "yellow": (46, 62, 0.65, 1.0, 0.82, 1.0),
+    "green": (95, 150, 0.55, 1.0, 0.35, 0.9),
+    "blue": (200, 238, 0.6, 1.0, 0.42, 0.97),
+    "purple": (260, 298, 0.4, 0.9, 0.42, 0.88),
+    "white": (0, 360, 0.0, 0.07, 0.92, 1.0),
+    "black": (0, 360, 0.0, 0.35, 0.0, 0.16),
+}
+VARIETY_BACKGROUNDS: tuple[str, ...] = ("dots", "confetti", "grid", "radial")
+VARIETY_BG_DISTANCE = 40.0   # (RGB) a light or dark background may come closer to white / black objects
+VARIETY_SCENES: dict[str, Any] = {**OWN_SCENES, "variety": True}
 
 
 def tilt(shape: str, angle: float) -> float:
@@ -279,6 +300,8 @@ def _range_samples(spec) -> list[np.ndarray]:
 
 # shades spanning every colour name's range: backgrounds keep MIN_BG_DISTANCE from all of them
 OBJECT_RGB = np.array([rgb for spec in COLOUR_RANGES.values() for rgb in _range_samples(spec)], dtype=np.float64)
+WIDE_OBJECT_RGB = np.array([rgb for spec in WIDE_COLOUR_RANGES.values() for rgb in _range_samples(spec)],
+                           dtype=np.float64)
 
 
 def hsv_to_rgb(h: np.ndarray, s: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -294,8 +317,11 @@ def hsv_to_rgb(h: np.ndarray, s: np.ndarray, v: np.ndarray) -> np.ndarray:
     return rgb
 
 
-def bg_colour(rng: np.random.Generator) -> np.ndarray:
-    """A muted mid-tone colour far from every object shade (the first of 64 candidates that is)."""
+def bg_colour(rng: np.random.Generator, wide: bool = False) -> np.ndarray:
+    """A muted mid-tone colour far from every object shade (the first of 64 candidates that is).
+    wide: any hue, saturation 0–0.75 and value 0.12–0.97, VARIETY_BG_DISTANCE from the wide shades."""
+    if wide:
+        return _wide_bg_colour(rng)
     for _ in range(4):
         # 64 candidates' (hue, saturation, value) in the order of 64 × (rng.random(), rng.uniform(0, 0.28),
         # rng.uniform(0.32, 0.72)): Generator.uniform is low + (high - low) · the next double
@@ -310,11 +336,76 @@ def bg_colour(rng: np.random.Generator) -> np.ndarray:
     return np.array([128.0, 128.0, 128.0])
 
 
-def background(rng: np.random.Generator, w: int, h: int) -> tuple[np.ndarray, str]:
+def _wide_bg_colour(rng: np.random.Generator) -> np.ndarray:
+    for _ in range(8):
+        d = rng.random((16, 3))
+        cand = hsv_to_rgb(d[:, 0], 0.75 * d[:, 1], 0.12 + 0.85 * d[:, 2]) * 255.0   # [16, 3]
+        dist = np.sqrt(((cand[:, None, :] - WIDE_OBJECT_RGB[None]) ** 2).sum(-1)).min(1)
+        ok = np.flatnonzero(dist >= VARIETY_BG_DISTANCE)
+        if ok.size:
+            return cand[ok[0]]
+    return np.array([128.0, 128.0, 128.0])
+
+
+def _mark_size_px(short: int) -> float:
+    """Largest diameter of a background mark (dots, confetti): 0.7 × the smallest object's."""
+    return 0.7 * max(MIN_OBJECT_PX, SIZE_FRACTION[0] * short)
+
+
+def _variety_background(rng: np.random.Generator, kind: str, w: int, h: int,
+                        c1: np.ndarray, c2: np.ndarray) -> np.ndarray:
+    """(h, w, 3) uint8 pixels of one of VARIETY_BACKGROUNDS in base colour c1 and mark colour c2."""
+    yy, xx = np.arange(h, dtype=np.float32)[:, None], np.arange(w, dtype=np.float32)[None, :]
+    u1, u2 = np.rint(c1).astype(np.uint8), np.rint(c2).astype(np.uint8)
+    cap = _mark_size_px(min(w, h))
+    if kind == "dots":        # a regular (optionally staggered) lattice of small discs
+        r = rng.uniform(1.2, cap / 2)
+        sp = rng.uniform(3.0, 7.0) * r
+        shift = (np.floor(yy / sp) % 2) * (sp / 2) if rng.random() < 0.5 else 0.0
+        on = np.hypot((xx + shift) % sp - sp / 2, yy % sp - sp / 2) <= r
+        return np.stack([u1, u2])[on.astype(np.int32)]
+    if kind == "grid":
+        sp, lw = rng.uniform(10, 50), int(rng.integers(1, 3))
+        on = ((xx.astype(np.int32) % int(sp)) < lw) | ((yy.astype(np.int32) % int(sp)) < lw)
+        return np.stack([u1, u2])[on.astype(np.int32)]
+    if kind == "radial":
+        cx, cy = rng.uniform(0, w), rng.uniform(0, h)
+        d = np.hypot(xx - cx, yy - cy)
+        frac = d * np.float32(255.0 / max(float(d.max()), 1.0))
+        lut = np.rint(c1[None, :] + np.linspace(0.0, 1.0, 256)[:, None] * (c2 - c1)[None, :]).astype(np.uint8)
+        return lut[frac.astype(np.uint8)]
+    # confetti: scattered small dots and strokes in two or three background colours
+    img = Image.fromarray(np.broadcast_to(u1, (h, w, 3)).copy())
+    draw = ImageDraw.Draw(img)
+    inks = [tuple(int(v) for v in u2)] + [tuple(int(v) for v in np.rint(bg_colour(rng, wide=True)))
+                                          for _ in range(int(rng.integers(0, 2)))]
+    n = int(w * h * rng.uniform(0.002, 0.012) / max(cap, 2.0))
+    pos = rng.random((n, 4))
+    for i in range(n):
+        x, y = pos[i, 0] * w, pos[i, 1] * h
+        s = 1.0 + pos[i, 2] * (cap - 1.0) / 2
+        ink = inks[i % len(inks)]
+        if pos[i, 3] < 0.5:
+            draw.ellipse((x - s, y - s, x + s, y + s), fill=ink)
+        else:
+            t = pos[i, 3] * 4 * math.pi
+            draw.line((x, y, x + 2 * s * math.cos(t), y + 2 * s * math.sin(t)), fill=ink, width=1)
+    return np.asarray(img).copy()
+
+
+def background(rng: np.random.Generator, w: int, h: int, variety: bool = False) -> tuple[np.ndarray, str]:
     """A (h, w, 3) uint8 background and its kind. Every pixel stays within a small distance of
-    a colour returned by bg_colour (noise: up to ~1.3 sigma on average, clipped at 3 sigma)."""
-    kind = BACKGROUNDS[int(rng.integers(len(BACKGROUNDS)))]
-    c1, c2 = bg_colour(rng), bg_colour(rng)
+    a colour returned by bg_colour (noise: up to ~1.3 sigma on average, clipped at 3 sigma).
+    variety: also VARIETY_BACKGROUNDS, in bg_colour(wide=True) colours."""
+    if variety:
+        kinds = BACKGROUNDS + VARIETY_BACKGROUNDS
+        kind = kinds[int(rng.integers(len(kinds)))]
+        c1, c2 = bg_colour(rng, wide=True), bg_colour(rng, wide=True)
+        if kind in VARIETY_BACKGROUNDS:
+            return _variety_background(rng, kind, w, h, c1, c2), kind
+    else:
+        kind = BACKGROUNDS[int(rng.integers(len(BACKGROUNDS)))]
+        c1, c2 = bg_colour(rng), bg_colour(rng)
     u1, u2 = np.rint(c1).astype(np.uint8), np.rint(c2).astype(np.uint8)
     if kind == "flat":
         return np.broadcast_to(u1, (h, w, 3)).copy(), kind
@@ -387,7 +478,7 @@ def _try_place(rng, owner, placed, shape, colour, diameter, w, h):
 
 def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: int = 10,
                size_range: tuple[int, int] = (96, 512), distractors: int = 0, crowd_rate: float = 0.0,
-               effects: bool = False) -> Scene:
+               effects: bool = False, variety: bool = False) -> Scene:
     """One random scene: width uniform in size_range, height uniform in size_range within an
     aspect ratio of MAX_ASPECT. The count of vocabulary objects is drawn uniformly from
     [min_objects, max_objects]; in a crowded small image fewer may fit (placement gives up after
@@ -396,7 +487,8 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
     distractors: up to this many extra objects (uniform 0..distractors, drawn among the others)
     whose shape and/or colour is outside the vocabulary. crowd_rate: chance that the scene's
     objects come from only 1–3 (colour, shape) kinds, so one query matches many copies.
-    effects: `photo_effects` (blur, JPEG, rescaling) on the finished scene."""
+    effects: `photo_effects` (blur, JPEG, rescaling) on the finished scene.
+    variety: the training-only widening (WIDE_COLOUR_RANGES, VARIETY_BACKGROUNDS, a tone change)."""
     if not 0 <= min_objects <= max_objects:
         raise ValueError(f"need 0 <= min_objects <= max_objects, got {min_objects}, {max_objects}")
     lo, hi = size_range
@@ -404,7 +496,8 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
         raise ValueError(f"size_range must satisfy 16 <= lo <= hi, got {size_range}")
     w = int(rng.integers(lo, hi + 1))
     h = int(rng.integers(max(lo, math.ceil(w / MAX_ASPECT)), min(hi, int(w * MAX_ASPECT)) + 1))
-    pixels, kind = background(rng, w, h)
+    pixels, kind = background(rng, w, h, variety)
+    shades = WIDE_COLOUR_RANGES if variety else COLOUR_RANGES
     owner = np.full((h, w), -1, dtype=np.int32)
     n = int(rng.integers(min_objects, max_objects + 1))
     n_extra = int(rng.integers(0, distractors + 1)) if distractors else 0
@@ -426,7 +519,7 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
             else:
                 shape = SHAPES[int(rng.integers(len(SHAPES)))]
                 colour = colour_names[int(rng.integers(len(colour_names)))]
-            spec = COLOUR_RANGES[colour]
+            spec = shades[colour]
         frac = math.exp(rng.uniform(log_lo, log_hi))
         for attempt in range(40):
             scale = 1.0 if attempt < 20 else 0.6
@@ -455,7 +548,7 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
             point=((px + 0.5) / w, (py + 0.5) / h),
             rgb=p["rgb"], tilt=p["tilt"], size=p["size"], mask=mask))
     scene = Scene(image=Image.fromarray(pixels, mode="RGB"), objects=tuple(objects), background=kind)
-    return photo_effects(rng, scene) if effects else scene
+    return photo_effects(rng, scene, tone=variety) if effects else scene
 
 
 def _distractor(rng: np.random.Generator) -> tuple[str, str, Sequence[float]]:
@@ -471,15 +564,19 @@ def _distractor(rng: np.random.Generator) -> tuple[str, str, Sequence[float]]:
     return shape, colour, pool[colour]
 
 
-EFFECT_P = {"rescale": 0.3, "blur": 0.25, "jpeg": 0.3}
+EFFECT_P = {"rescale": 0.3, "blur": 0.25, "jpeg": 0.3, "tone": 0.3}
 
 
-def photo_effects(rng: np.random.Generator, scene: Scene) -> Scene:
+def photo_effects(rng: np.random.Generator, scene: Scene, tone: bool = False) -> Scene:
     """Capture-like degradations of a finished scene, each with its EFFECT_P chance: rescaling
     (each side by 0.6–1.0, the two factors within 8 % of each other; boxes stay on the new pixel
     grid, masks are resized with nearest neighbour), Gaussian blur (radius 0.3–1.2 px) and JPEG
-    (quality 30–90). Boxes and points keep their meaning; pixel colours are no longer exact."""
+    (quality 30–90); with `tone`, also a brightness and a contrast change (each × 0.85–1.15) before
+    them. Boxes and points keep their meaning; pixel colours are no longer exact."""
     image, objects = scene.image, scene.objects
+    if tone and rng.random() < EFFECT_P["tone"]:
+        image = ImageEnhance.Brightness(image).enhance(rng.uniform(0.85, 1.15))
+        image = ImageEnhance.Contrast(image).enhance(rng.uniform(0.85, 1.15))
     if rng.random() < EFFECT_P["rescale"]:
         w, h = image.size
         f = rng.uniform(0.6, 1.0)
@@ -634,7 +731,7 @@ def vary_wording(rng: np.random.Generator, text: str) -> str:
 def scene_batch(seed: int, n: int, **kw: Any) -> list[tuple[Scene, Query]]:
     """n (scene, query) pairs. Item i depends only on (seed, i), so batches of different
     lengths from one seed share their prefix. Keyword arguments go to make_scene
-    (min_objects, max_objects, size_range, distractors, crowd_rate, effects) and make_query (empty_rate)."""
+    (min_objects, max_objects, size_range, distractors, crowd_rate, effects, variety) and make_query (empty_rate)."""
     q_kw = {k: kw.pop(k) for k in ("empty_rate",) if k in kw}
     out = []
     for i in range(n):

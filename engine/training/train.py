@@ -4,6 +4,7 @@
                            [--lr LR] [--seed S] [--device cuda|cpu] [--workers K] [--init DIR]
                            [--minutes M] [--save-every SEC] [--heldout N] [--reuse R] [--fixed-batch]
                            [--grow-text-layers N] [--grow-vision-layers N]   (with --init)
+                           [--variety]   (the widened training scenes, scenes.VARIETY_SCENES)
 
 On every GPU of the host (one rank per GPU, DistributedDataParallel; `engine.training.distributed`):
 
@@ -115,7 +116,7 @@ from engine.model.config import PRESETS, MoondreamConfig
 from engine.model.image import normalize_crops, overlap_crop_image
 from engine.model.moondream import MoondreamModel
 from engine.model.region import coord_to_bin, size_from_bin, size_to_bin
-from engine.training.scenes import (ALL_QUERIES, COLOURS, OWN_SCENES, SCENE_VOCABULARY, SHAPES, make_query,
+from engine.training.scenes import (ALL_QUERIES, COLOURS, OWN_SCENES, SCENE_VOCABULARY, SHAPES, VARIETY_SCENES, make_query,
                                     make_scene, vary_wording)
 from engine.serving.skills import normalize_query, prompt_ids
 from engine.model.text import rope_tables
@@ -1208,6 +1209,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"colour on another shape, a look-alike shape (0-1); default {RECIPE['hard_rate']}")
     p.add_argument("--qa-frac", dest="qa_frac", type=float,
                    help=f"share of sequences that are questions / captions (0-1); default {RECIPE['qa_frac']}")
+    p.add_argument("--variety", action="store_true",
+                   help="train on the widened scenes (scenes.VARIETY_SCENES: wider shades, more backgrounds, "
+                        "tone changes) instead of RECIPE's own-generator scenes")
     p.add_argument("--fixed-batch", action="store_true", help="train on batch 0 every step (overfitting check)")
     p.add_argument("--coord-sigma", dest="coord_sigma", type=float, nargs=2, metavar=("FROM", "TO"),
                    help=f"coordinate label smoothing σ in bins, first → settled; default {RECIPE['coord_sigma']} "
@@ -1228,6 +1232,8 @@ def main(argv: list[str] | None = None) -> int:
                                             "empty_rate", "hard_rate", "grow_text_layers", "grow_vision_layers")}
     if overrides["minutes"] == 0:
         overrides["minutes"] = None
+    if a.variety:
+        overrides["scene"] = VARIETY_SCENES
     train(a.out, preset=a.preset, device=a.device, workers=a.workers, init=a.init, fixed_batch=a.fixed_batch, **overrides)
     return 0
 

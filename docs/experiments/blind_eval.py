@@ -1,6 +1,8 @@
-"""Evaluate a checkpoint on the third, separately written scene generator (docs/experiments/third_scenes.py).
+"""Evaluate a checkpoint on a separately written, evaluation-only scene generator: the third
+(docs/experiments/third_scenes.py, session 36) or the fourth (docs/experiments/fourth_scenes.py, session 37).
 
-    python docs/experiments/third_eval.py --weights DIR [--n 500] [--seed 777] [--dtype auto|fp32|bf16] [--json OUT]
+    python docs/experiments/blind_eval.py --generator third|fourth --weights DIR [--n 500] [--seed S]
+                                          [--dtype auto|fp32|bf16] [--json OUT]
 
 Metrics are computed as `engine.training.evaluate.evaluate()` computes them (its public metric
 functions); also a per-shape / per-colour / per-background / per-size breakdown of detect and point recall.
@@ -18,8 +20,12 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 
+from docs.experiments.fourth_scenes import fourth_batch  # noqa: E402
 from docs.experiments.third_scenes import third_batch  # noqa: E402
 from engine.training.evaluate import greedy_match, point_match, score_objects  # noqa: E402
+
+
+GENERATORS = {"third": (third_batch, 777), "fourth": (fourth_batch, 4444)}
 
 
 def _recall_by(data, det, pts, key):
@@ -37,20 +43,23 @@ def _recall_by(data, det, pts, key):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--generator", required=True, choices=sorted(GENERATORS))
     ap.add_argument("--weights", required=True)
     ap.add_argument("--n", type=int, default=500)
-    ap.add_argument("--seed", type=int, default=777)
+    ap.add_argument("--seed", type=int, default=None, help="default: 777 (third), 4444 (fourth)")
     ap.add_argument("--dtype", default="auto", choices=("auto", "fp32", "bf16"))
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
 
     from engine.serving.engine import Engine
 
+    batch, seed = GENERATORS[a.generator]
+    a.seed = seed if a.seed is None else a.seed
     t0 = time.perf_counter()
-    data = third_batch(a.seed, a.n)
-    print(f"generated {a.n} third scenes (seed {a.seed}) in {time.perf_counter() - t0:.1f}s", flush=True)
+    data = batch(a.seed, a.n)
+    print(f"generated {a.n} {a.generator} scenes (seed {a.seed}) in {time.perf_counter() - t0:.1f}s", flush=True)
     engine = Engine.from_pretrained(a.weights, device="cpu", dtype=a.dtype, max_batch=16)
-    report: dict = {"weights": str(a.weights), "generator": "third", "n": a.n, "seed": a.seed,
+    report: dict = {"weights": str(a.weights), "generator": a.generator, "n": a.n, "seed": a.seed,
                     "dtype": engine.model_info.dtype}
     metrics, answers = score_objects(engine, data, say=lambda *m: print(*m, flush=True))
     report.update(metrics)
