@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 
 import numpy as np
@@ -453,3 +454,49 @@ def test_variety_is_off_in_the_own_generator():
     a = make_scene(np.random.default_rng(3), **OWN_SCENES)
     b = make_scene(np.random.default_rng(3), **OWN_SCENES, variety=False)
     assert a.image.tobytes() == b.image.tobytes() and a.background in scenes.BACKGROUNDS
+
+
+def _sides(pts):
+    return [float(np.hypot(x1 - x0, y1 - y0)) for (x0, y0), (x1, y1) in zip(pts, pts[1:] + pts[:1])]
+
+
+@pytest.mark.parametrize("aspect", [0.35, 0.45, 0.55])
+@pytest.mark.parametrize("angle", [0.0, 30.0, 45.0, 90.0])
+def test_lookalike_quadrilaterals_are_never_diamonds(aspect, angle):
+    """A parallelogram's and a kite's sides are clearly unequal (a diamond is a rhombus: four equal sides)."""
+    for shape in ("parallelogram", "kite"):
+        pts = scenes._polygon(shape, 10.0, math.radians(angle), aspect)
+        sides = _sides(pts)
+        assert min(sides) / max(sides) < 0.7, (shape, sides)
+        assert max(float(np.hypot(x, y)) for x, y in pts) <= 10.0 + 1e-9   # inside the circumscribed circle
+    sq = _sides(scenes._polygon("diamond", 10.0, math.radians(angle), 0.6))
+    assert max(sq) - min(sq) < 1e-9
+
+
+def test_octagon_differs_from_circle_and_hexagon():
+    oc = render_shape("octagon", 80, 0)
+    for other in ("circle", "hexagon"):
+        ot = render_shape(other, 80, 0)
+        h, w = max(oc.shape[0], ot.shape[0]), max(oc.shape[1], ot.shape[1])
+        a = np.zeros((h, w), bool); a[:oc.shape[0], :oc.shape[1]] = oc
+        b = np.zeros((h, w), bool); b[:ot.shape[0], :ot.shape[1]] = ot
+        assert (a ^ b).sum() > 0.02 * a.sum(), other
+
+
+def test_lookalikes_appear_only_when_asked():
+    kw = {**scenes.VARIETY_SCENES, "effects": False}
+    rng = np.random.default_rng(21)
+    with_l = [make_scene(rng, **kw, lookalikes=True) for _ in range(60)]
+    shapes = Counter(o.shape for s in with_l for o in s.objects)
+    assert set(scenes.LOOKALIKE_SHAPES) <= set(shapes), shapes
+    for scene in with_l:
+        for o in scene.objects:
+            assert o.shape in SHAPES + DISTRACTOR_SHAPES + scenes.LOOKALIKE_SHAPES
+            assert o.known or o.shape not in SHAPES or o.colour in DISTRACTOR_COLOURS
+    rng = np.random.default_rng(21)
+    without = [make_scene(rng, **kw) for _ in range(60)]
+    assert not {o.shape for s in without for o in s.objects} & set(scenes.LOOKALIKE_SHAPES)
+    # a shape query never names a look-alike
+    for scene in with_l:
+        for text in SHAPES:
+            assert all(o.shape == text for o in scenes.matches(text, scene.objects))

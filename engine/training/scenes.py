@@ -78,6 +78,10 @@ DISTRACTOR_COLOURS: dict[str, tuple[float, float, float, float, float, float]] =
     "gray": (0, 360, 0.0, 0.04, 0.42, 0.62),
 }
 DISTRACTOR_SHAPES: tuple[str, ...] = ("pentagon", "ellipse", "rectangle", "heart", "arrow", "ring", "crescent", "trapezoid")
+# Look-alikes of vocabulary shapes, distractors only with `make_scene(lookalikes=True)` (`engine.train
+# --lookalikes`): a parallelogram (sides in a ratio of 0.54–0.69, never a diamond) and a kite (two short,
+# two long sides) beside the diamond, a regular octagon beside the circle and the hexagon.
+LOOKALIKE_SHAPES: tuple[str, ...] = ("parallelogram", "kite", "octagon")
 
 QUERY_WORDS: tuple[str, ...] = tuple(COLOURS) + SHAPES
 # What a model trained on these scenes recognises (written into its config.json for the UI).
@@ -228,6 +232,13 @@ def _polygon(shape: str, r: float, angle: float, aspect: float = 0.62) -> list[t
     elif shape == "arrow":
         pts = [(-r, -0.2 * r), (0.25 * r, -0.2 * r), (0.25 * r, -0.6 * r), (r, 0.0), (0.25 * r, 0.6 * r),
                (0.25 * r, 0.2 * r), (-r, 0.2 * r)]
+    elif shape == "octagon":
+        pts = [(r * math.cos(math.radians(22.5 + 45 * k)), r * math.sin(math.radians(22.5 + 45 * k))) for k in range(8)]
+    elif shape == "parallelogram":   # long sides 1.2 r, short sides 0.65–0.83 r (aspect 0.35–0.55)
+        a, sk, b = 0.6 * r, 0.25 * r, 0.6 * aspect * r
+        pts = [(-a + sk, -b), (a + sk, -b), (a - sk, b), (-a - sk, b)]
+    elif shape == "kite":            # sides 0.58 r and 1.18 r
+        pts = [(0.0, -0.5 * r), (0.42 * r, -0.1 * r), (0.0, r), (-0.42 * r, -0.1 * r)]
     elif shape == "heart":
         pts = []
         for k in range(40):
@@ -236,7 +247,7 @@ def _polygon(shape: str, r: float, angle: float, aspect: float = 0.62) -> list[t
             y = -(13 * math.cos(t) - 5 * math.cos(2 * t) - 2 * math.cos(3 * t) - math.cos(4 * t))
             pts.append((x * r / 17.0, (y + 2.5) * r / 17.0))
     else:
-        raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES + DISTRACTOR_SHAPES)}")
+        raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES + DISTRACTOR_SHAPES + LOOKALIKE_SHAPES)}")
     c, s = math.cos(angle), math.sin(angle)
     return [(x * c - y * s, x * s + y * c) for x, y in pts]
 
@@ -478,7 +489,7 @@ def _try_place(rng, owner, placed, shape, colour, diameter, w, h):
 
 def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: int = 10,
                size_range: tuple[int, int] = (96, 512), distractors: int = 0, crowd_rate: float = 0.0,
-               effects: bool = False, variety: bool = False) -> Scene:
+               effects: bool = False, variety: bool = False, lookalikes: bool = False) -> Scene:
     """One random scene: width uniform in size_range, height uniform in size_range within an
     aspect ratio of MAX_ASPECT. The count of vocabulary objects is drawn uniformly from
     [min_objects, max_objects]; in a crowded small image fewer may fit (placement gives up after
@@ -488,7 +499,8 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
     whose shape and/or colour is outside the vocabulary. crowd_rate: chance that the scene's
     objects come from only 1–3 (colour, shape) kinds, so one query matches many copies.
     effects: `photo_effects` (blur, JPEG, rescaling) on the finished scene.
-    variety: the training-only widening (WIDE_COLOUR_RANGES, VARIETY_BACKGROUNDS, a tone change)."""
+    variety: the training-only widening (WIDE_COLOUR_RANGES, VARIETY_BACKGROUNDS, a tone change).
+    lookalikes: distractors include LOOKALIKE_SHAPES (training only)."""
     if not 0 <= min_objects <= max_objects:
         raise ValueError(f"need 0 <= min_objects <= max_objects, got {min_objects}, {max_objects}")
     lo, hi = size_range
@@ -512,7 +524,7 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
     log_lo, log_hi = math.log(SIZE_FRACTION[0]), math.log(SIZE_FRACTION[1])
     for i in range(n + n_extra):
         if i in extra_at:
-            shape, colour, spec = _distractor(rng)
+            shape, colour, spec = _distractor(rng, lookalikes)
         else:
             if kinds is not None:
                 colour, shape = kinds[int(rng.integers(len(kinds)))]
@@ -551,11 +563,13 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
     return photo_effects(rng, scene, tone=variety) if effects else scene
 
 
-def _distractor(rng: np.random.Generator) -> tuple[str, str, Sequence[float]]:
+def _distractor(rng: np.random.Generator, lookalikes: bool = False) -> tuple[str, str, Sequence[float]]:
     """(shape, colour, shade range) of an object outside the vocabulary: an unknown shape in any
-    colour, or a known shape in an unknown colour."""
+    colour, or a known shape in an unknown colour. lookalikes: half the unknown shapes are
+    LOOKALIKE_SHAPES."""
     if rng.random() < 0.6:
-        shape = DISTRACTOR_SHAPES[int(rng.integers(len(DISTRACTOR_SHAPES)))]
+        pool_shapes = LOOKALIKE_SHAPES if lookalikes and rng.random() < 0.5 else DISTRACTOR_SHAPES
+        shape = pool_shapes[int(rng.integers(len(pool_shapes)))]
         pool = {**COLOUR_RANGES, **DISTRACTOR_COLOURS}
     else:
         shape = SHAPES[int(rng.integers(len(SHAPES)))]
@@ -731,7 +745,8 @@ def vary_wording(rng: np.random.Generator, text: str) -> str:
 def scene_batch(seed: int, n: int, **kw: Any) -> list[tuple[Scene, Query]]:
     """n (scene, query) pairs. Item i depends only on (seed, i), so batches of different
     lengths from one seed share their prefix. Keyword arguments go to make_scene
-    (min_objects, max_objects, size_range, distractors, crowd_rate, effects, variety) and make_query (empty_rate)."""
+    (min_objects, max_objects, size_range, distractors, crowd_rate, effects, variety, lookalikes) and
+    make_query (empty_rate)."""
     q_kw = {k: kw.pop(k) for k in ("empty_rate",) if k in kw}
     out = []
     for i in range(n):
