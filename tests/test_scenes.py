@@ -465,11 +465,11 @@ def _sides(pts):
 def test_lookalike_quadrilaterals_are_never_diamonds(aspect, angle):
     """A parallelogram's and a kite's sides are clearly unequal (a diamond is a rhombus: four equal sides)."""
     for shape in ("parallelogram", "kite"):
-        pts = scenes._polygon(shape, 10.0, math.radians(angle), aspect)
+        pts = scenes.polygon(shape, 10.0, math.radians(angle), aspect)
         sides = _sides(pts)
         assert min(sides) / max(sides) < 0.7, (shape, sides)
         assert max(float(np.hypot(x, y)) for x, y in pts) <= 10.0 + 1e-9   # inside the circumscribed circle
-    sq = _sides(scenes._polygon("diamond", 10.0, math.radians(angle), 0.6))
+    sq = _sides(scenes.polygon("diamond", 10.0, math.radians(angle), 0.6))
     assert max(sq) - min(sq) < 1e-9
 
 

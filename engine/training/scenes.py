@@ -199,7 +199,7 @@ class Query:
 
 # --------------------------------------------------------------------------- shapes
 
-def _polygon(shape: str, r: float, angle: float, aspect: float = 0.62) -> list[tuple[float, float]] | None:
+def polygon(shape: str, r: float, angle: float, aspect: float = 0.62) -> list[tuple[float, float]] | None:
     """Vertices around the origin (None for shapes drawn as ellipses), y pointing down.
     `aspect`: a diamond's short / long diagonal, a rectangle's or ellipse's short / long side."""
     if shape in ("circle", "ellipse", "ring", "crescent"):
@@ -274,7 +274,7 @@ def render_shape(shape: str, diameter: float, angle_deg: float = 0.0, aspect: fl
     """Boolean mask of a shape whose circumscribed circle has `diameter` px, cropped tight."""
     r = diameter / 2.0
     n = int(math.ceil(diameter)) + 4
-    pts = _polygon(shape, r, math.radians(angle_deg), aspect)
+    pts = polygon(shape, r, math.radians(angle_deg), aspect)
     if pts is None:
         mask = _round_shape(shape, r, n, angle_deg, aspect)
     else:
