@@ -104,7 +104,7 @@ SYMMETRY = {"circle": 0.0, "square": 90.0, "triangle": 120.0, "star": 72.0, "cro
 OWN_SCENES: dict[str, Any] = {"min_objects": 0, "max_objects": 25, "size_range": (96, 512), "distractors": 4,
                               "crowd_rate": 0.35, "effects": True}
 
-# Training-only widening (`make_scene(variety=True)`, engine.training.train's RECIPE from stage 23):
+# Training-only widening (`make_scene(variety=True)`, `engine.train --variety`, stages 23–25):
 # each colour name's shades reach further (darker reds, blues, greens and purples; a wider hue for
 # orange and yellow), backgrounds take any muted, light, dark or off-vocabulary vivid colour that keeps
 # VARIETY_BG_DISTANCE from every shade, and VARIETY_BACKGROUNDS add patterns of many small marks
@@ -120,7 +120,8 @@ WIDE_COLOUR_RANGES: dict[str, tuple[float, float, float, float, float, float]] =
     "white": (0, 360, 0.0, 0.07, 0.92, 1.0),
     "black": (0, 360, 0.0, 0.35, 0.0, 0.16),
 }
-VARIETY_BACKGROUNDS: tuple[str, ...] = ("dots", "confetti", "grid", "radial")
+MARK_BACKGROUNDS: tuple[str, ...] = ("dots", "confetti", "grid")   # a base colour with marks of another
+VARIETY_BACKGROUNDS: tuple[str, ...] = MARK_BACKGROUNDS + ("radial",)
 VARIETY_BG_DISTANCE = 40.0   # (RGB) a light or dark background may come closer to white / black objects
 VARIETY_SCENES: dict[str, Any] = {**OWN_SCENES, "variety": True}
 
@@ -363,9 +364,9 @@ def _mark_size_px(short: int) -> float:
     return 0.7 * max(MIN_OBJECT_PX, SIZE_FRACTION[0] * short)
 
 
-def _variety_background(rng: np.random.Generator, kind: str, w: int, h: int,
-                        c1: np.ndarray, c2: np.ndarray) -> np.ndarray:
-    """(h, w, 3) uint8 pixels of one of VARIETY_BACKGROUNDS in base colour c1 and mark colour c2."""
+def _mark_background(rng: np.random.Generator, kind: str, w: int, h: int,
+                     c1: np.ndarray, c2: np.ndarray) -> np.ndarray:
+    """(h, w, 3) uint8 pixels of one of MARK_BACKGROUNDS in base colour c1 and mark colour c2."""
     yy, xx = np.arange(h, dtype=np.float32)[:, None], np.arange(w, dtype=np.float32)[None, :]
     u1, u2 = np.rint(c1).astype(np.uint8), np.rint(c2).astype(np.uint8)
     cap = _mark_size_px(min(w, h))
@@ -379,12 +380,6 @@ def _variety_background(rng: np.random.Generator, kind: str, w: int, h: int,
         sp, lw = rng.uniform(10, 50), int(rng.integers(1, 3))
         on = ((xx.astype(np.int32) % int(sp)) < lw) | ((yy.astype(np.int32) % int(sp)) < lw)
         return np.stack([u1, u2])[on.astype(np.int32)]
-    if kind == "radial":
-        cx, cy = rng.uniform(0, w), rng.uniform(0, h)
-        d = np.hypot(xx - cx, yy - cy)
-        frac = d * np.float32(255.0 / max(float(d.max()), 1.0))
-        lut = np.rint(c1[None, :] + np.linspace(0.0, 1.0, 256)[:, None] * (c2 - c1)[None, :]).astype(np.uint8)
-        return lut[frac.astype(np.uint8)]
     # confetti: scattered small dots and strokes in two or three background colours
     img = Image.fromarray(np.broadcast_to(u1, (h, w, 3)).copy())
     draw = ImageDraw.Draw(img)
@@ -412,8 +407,8 @@ def background(rng: np.random.Generator, w: int, h: int, variety: bool = False) 
         kinds = BACKGROUNDS + VARIETY_BACKGROUNDS
         kind = kinds[int(rng.integers(len(kinds)))]
         c1, c2 = bg_colour(rng, wide=True), bg_colour(rng, wide=True)
-        if kind in VARIETY_BACKGROUNDS:
-            return _variety_background(rng, kind, w, h, c1, c2), kind
+        if kind in MARK_BACKGROUNDS:
+            return _mark_background(rng, kind, w, h, c1, c2), kind
     else:
         kind = BACKGROUNDS[int(rng.integers(len(BACKGROUNDS)))]
         c1, c2 = bg_colour(rng), bg_colour(rng)
@@ -430,6 +425,10 @@ def background(rng: np.random.Generator, w: int, h: int, variety: bool = False) 
             return np.stack([u1, u2])[band], kind
         lo, hi = float(proj.min()), float(proj.max())
         frac = (proj - lo) * np.float32(255.0 / max(hi - lo, 1.0))
+    elif kind == "radial":   # (variety only) from c1 at a random centre to c2 at the farthest pixel
+        cx, cy = rng.uniform(0, w), rng.uniform(0, h)
+        d = np.hypot(np.arange(w, dtype=np.float32)[None, :] - cx, np.arange(h, dtype=np.float32)[:, None] - cy)
+        frac = d * np.float32(255.0 / max(float(d.max()), 1.0))
     elif kind == "blotches":
         gw, gh = int(rng.integers(3, 9)), int(rng.integers(3, 9))
         small = (rng.random((gh, gw)) * 255.0).astype(np.float32)
