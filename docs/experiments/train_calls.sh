@@ -1,5 +1,5 @@
 #!/bin/bash
-# How the H200 calls of sessions 34-37 trained the deeper embedded model, stages 14-25 (README, "The
+# How the H200 calls of sessions 34-38 trained the deeper embedded model, stages 14-28 (README, "The
 # embedded model"; session 33 ran the same two stages, lost with its checkpoints). One phase per
 # device call, issued back to back. Session 35 (stages 17-19, each from the one before):
 #   train stage17 assets/model 8.4 30 3e-4 --empty-rate 0.25 --hard-negatives 0.5
@@ -16,6 +16,11 @@
 #   train stage23 assets/model 8.4 36 2.5e-4 --empty-rate 0.25 --hard-negatives 0.5 --variety
 #   train stage24 ckpt/stage23 8.4 37 2e-4 --empty-rate 0.25 --hard-negatives 0.5 --variety
 #   train stage25 ckpt/stage24 8.4 38 1.5e-4 --empty-rate 0.25 --hard-negatives 0.5 --variety
+# Session 38 (stages 26-28 with look-alike distractors and drawing styles, --lookalikes --style; from
+# stage 25; 27 and 28 started from the previous stage still on the warm machine, /tmp/NAME):
+#   train stage26 assets/model 8.2 39 2e-4 --empty-rate 0.25 --hard-negatives 0.5 --variety --lookalikes --style
+#   train stage27 /tmp/stage26 8.0 40 1.5e-4 --empty-rate 0.25 --hard-negatives 0.5 --variety --lookalikes --style
+#   train stage28 /tmp/stage27 6.8 41 1e-4 --empty-rate 0.25 --hard-negatives 0.5 --variety --lookalikes --style
 #   OUT=DIR bash docs/experiments/train_calls.sh train NAME INIT MINUTES SEED LR [extra engine.train flags]
 #   OUT=DIR bash docs/experiments/train_calls.sh eval NAME...   (weights from ckpt/NAME)
 # train: python -m engine.train from INIT (assets/model or ckpt/NAME) into ckpt/NAME, the checkpoint

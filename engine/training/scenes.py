@@ -16,7 +16,8 @@ Conventions (all coordinates normalised by the image width / height):
 * Objects are drawn in list order; a later object may cover at most ``MAX_COVERED`` of an
   earlier object's pixels and never its point. Objects of the same colour never touch, so
   each one stays a separate blob.
-* Shapes are drawn without anti-aliasing, each in one flat colour (its named colour with a
+* Shapes are drawn without anti-aliasing (unless ``make_scene(style=True)``, training only:
+  `styles.py`), each in one flat colour (its named colour with a
   small per-object jitter, kept in ``SceneObject.rgb``), so the pixels of an object are
   exactly the pixels of that colour inside its box.
 """
@@ -34,6 +35,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
 from engine.model.vocabulary import Vocabulary
+from engine.training import styles
 
 # The vocabulary (one home; README "The embedded model" repeats it). Names never overlap:
 # * square: four equal sides and equal diagonals, at ANY rotation (45° included: a tilted
@@ -488,7 +490,8 @@ def _try_place(rng, owner, placed, shape, colour, diameter, w, h):
 
 def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: int = 10,
                size_range: tuple[int, int] = (96, 512), distractors: int = 0, crowd_rate: float = 0.0,
-               effects: bool = False, variety: bool = False, lookalikes: bool = False) -> Scene:
+               effects: bool = False, variety: bool = False, lookalikes: bool = False,
+               style: bool = False) -> Scene:
     """One random scene: width uniform in size_range, height uniform in size_range within an
     aspect ratio of MAX_ASPECT. The count of vocabulary objects is drawn uniformly from
     [min_objects, max_objects]; in a crowded small image fewer may fit (placement gives up after
@@ -499,7 +502,9 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
     objects come from only 1–3 (colour, shape) kinds, so one query matches many copies.
     effects: `photo_effects` (blur, JPEG, rescaling) on the finished scene.
     variety: the training-only widening (WIDE_COLOUR_RANGES, VARIETY_BACKGROUNDS, a tone change).
-    lookalikes: distractors include LOOKALIKE_SHAPES (training only)."""
+    lookalikes: distractors include LOOKALIKE_SHAPES (training only).
+    style: drawing styles (training only, `styles.py`): shadows, shading and rims on objects, and an
+    affine warp of the whole scene; objects are then no longer one flat colour."""
     if not 0 <= min_objects <= max_objects:
         raise ValueError(f"need 0 <= min_objects <= max_objects, got {min_objects}, {max_objects}")
     lo, hi = size_range
@@ -542,11 +547,23 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
             continue
         rgb = np.clip(np.rint(hsv_shade(rng, spec)), 0, 255).astype(np.uint8)
         y0, x0, y1, x1 = obj["rect"]
-        pixels[y0:y1, x0:x1][obj["mask"]] = rgb
+        if style:
+            styles.paint_object(rng, pixels, owner, obj["mask"], obj["rect"], rgb, dark=colour == "black")
+        else:
+            pixels[y0:y1, x0:x1][obj["mask"]] = rgb
         owner[y0:y1, x0:x1][obj["mask"]] = len(placed)
         obj["rgb"] = tuple(int(v) for v in rgb)
         obj["size"] = diameter / short
         placed.append(obj)
+    if style and placed and rng.random() < styles.STYLE_P["warp"]:
+        warped = styles.affine_warp(rng, pixels, owner, placed)
+        if warped is not None:
+            pixels, owner, placed = warped
+            h, w = owner.shape
+            for p in placed:
+                iy, ix = _inner_point(p["visible"])
+                p["pix"] = (p["rect"][0] + iy, p["rect"][1] + ix)
+                p["size"] = p["size"] * p["scale"] * short / min(w, h)
     objects = []
     for p in placed:
         y0, x0, y1, x1 = p["rect"]

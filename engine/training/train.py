@@ -6,6 +6,7 @@
                            [--grow-text-layers N] [--grow-vision-layers N]   (with --init)
                            [--variety]   (the widened training scenes, scenes.VARIETY_SCENES)
                            [--lookalikes]   (look-alike distractor shapes, scenes.LOOKALIKE_SHAPES)
+                           [--style]   (shadows, shading, rims and whole-scene warps, engine/training/styles.py)
 
 On every GPU of the host (one rank per GPU, DistributedDataParallel; `engine.training.distributed`):
 
@@ -1216,6 +1217,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lookalikes", action="store_true",
                    help="distractors include look-alikes of vocabulary shapes (scenes.LOOKALIKE_SHAPES: "
                         "parallelogram, kite, octagon); with or without --variety")
+    p.add_argument("--style", action="store_true",
+                   help="drawing styles (engine/training/styles.py: drop shadows, shading and rims on objects, "
+                        "an affine warp of the whole scene); with or without --variety")
     p.add_argument("--fixed-batch", action="store_true", help="train on batch 0 every step (overfitting check)")
     p.add_argument("--coord-sigma", dest="coord_sigma", type=float, nargs=2, metavar=("FROM", "TO"),
                    help=f"coordinate label smoothing σ in bins, first → settled; default {RECIPE['coord_sigma']} "
@@ -1236,9 +1240,10 @@ def main(argv: list[str] | None = None) -> int:
                                             "empty_rate", "hard_rate", "grow_text_layers", "grow_vision_layers")}
     if overrides["minutes"] == 0:
         overrides["minutes"] = None
-    if a.variety or a.lookalikes:
+    if a.variety or a.lookalikes or a.style:
         overrides["scene"] = {**(VARIETY_SCENES if a.variety else RECIPE["scene"]),
-                              **({"lookalikes": True} if a.lookalikes else {})}
+                              **({"lookalikes": True} if a.lookalikes else {}),
+                              **({"style": True} if a.style else {})}
     train(a.out, preset=a.preset, device=a.device, workers=a.workers, init=a.init, fixed_batch=a.fixed_batch, **overrides)
     return 0
 
