@@ -84,10 +84,12 @@ def test_affine_warp_moves_masks_with_the_pixels():
             pixels[rect[0]:rect[2], rect[1]:rect[3]][mask] = colours[i]
             owner[rect[0]:rect[2], rect[1]:rect[3]][mask] = i
             placed.append({"mask": mask, "rect": rect})
-        out = styles.affine_warp(rng, pixels, owner, placed)
+        fwd, darken = styles.random_warp(rng)
+        out = styles.affine_warp(pixels, owner, placed, fwd, darken)
         assert out is not None
         new_pixels, new_owner, warped = out
-        assert new_pixels.shape[:2] == new_owner.shape and new_pixels.shape[0] >= h * 0.8
+        nh, nw = new_owner.shape
+        assert new_pixels.shape == (nh, nw, 3) and nh >= h * 0.8
         for i, p in enumerate(warped):
             y0, x0, y1, x1 = p["rect"]
             assert p["mask"].shape == (y1 - y0, x1 - x0) and p["visible"].any()

@@ -556,7 +556,8 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
         obj["size"] = diameter / short
         placed.append(obj)
     if style and placed and rng.random() < styles.STYLE_P["warp"]:
-        warped = styles.affine_warp(rng, pixels, owner, placed)
+        fwd, darken = styles.random_warp(rng)
+        warped = styles.affine_warp(pixels, owner, placed, fwd, darken)
         if warped is not None:
             pixels, owner, placed = warped
             h, w = owner.shape
