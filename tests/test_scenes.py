@@ -495,3 +495,24 @@ def test_lookalikes_appear_only_when_asked():
     assert not {o.shape for s in without for o in s.objects} & set(scenes.LOOKALIKE_SHAPES)
     # look-alikes are outside the vocabulary, so no query names one
     assert not set(scenes.LOOKALIKE_SHAPES) & (set(SHAPES) | set(DISTRACTOR_SHAPES))
+
+
+def _vertex_share(scenes_list, shape, lo, hi):
+    tilts = [o.tilt for s in scenes_list for o in s.objects if o.shape == shape]
+    return sum(not lo < t < hi for t in tilts) / len(tilts), len(tilts)
+
+
+def test_poses_stand_diamonds_and_squares_on_a_vertex_only_when_asked():
+    kw = {**scenes.VARIETY_SCENES, "effects": False, "max_objects": 12}
+    posed = [make_scene(np.random.default_rng(i), **kw, poses=True) for i in range(80)]
+    free = [make_scene(np.random.default_rng(i), **kw) for i in range(80)]
+    s = scenes.VERTEX_POSE_SPREAD
+    # diamond: tilt within `s` of 0 (upright) or of 90 (level); square: within `s` of 45 (on a corner)
+    for shape, lo, hi in (("diamond", s, 90 - s), ("square", -1.0, 45 - s)):
+        share, n = _vertex_share(posed, shape, lo, hi)
+        base, m = _vertex_share(free, shape, lo, hi)
+        assert n > 40 and m > 40
+        # any rotation: 2·s / 90 of them by chance; with poses, VERTEX_POSE_P more of the rest
+        assert base < 0.3 and share > 0.45, (shape, base, share)
+    for scene in posed:
+        _check_scene(scene, scenes.WIDE_COLOUR_RANGES)

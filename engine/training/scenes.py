@@ -127,6 +127,15 @@ VARIETY_BACKGROUNDS: tuple[str, ...] = MARK_BACKGROUNDS + ("radial",)
 VARIETY_BG_DISTANCE = 40.0   # (RGB) a light or dark background may come closer to white / black objects
 VARIETY_SCENES: dict[str, Any] = {**OWN_SCENES, "variety": True}
 
+# Training-only poses (`make_scene(poses=True)`, `engine.train --poses`): a diamond standing on a
+# vertex (long diagonal upright or level) and a square standing on a corner (45°) look most alike,
+# and the shipped model answered "square" for upright diamonds (README, "A sixth generator"). So
+# VERTEX_POSE_P of the diamonds and of the squares take that pose, within ±VERTEX_POSE_SPREAD degrees;
+# the rest keep any rotation. The names do not change: a square on its corner is a square.
+VERTEX_POSES: dict[str, float] = {"diamond": 0.0, "square": 45.0}
+VERTEX_POSE_P = 0.5
+VERTEX_POSE_SPREAD = 8.0
+
 
 def tilt(shape: str, angle: float) -> float:
     """How far a rotation by `angle` degrees turns a shape away from its nearest upright pose
@@ -458,8 +467,10 @@ def background(rng: np.random.Generator, w: int, h: int, variety: bool = False) 
 
 # --------------------------------------------------------------------------- scenes
 
-def _try_place(rng, owner, placed, shape, colour, diameter, w, h):
+def _try_place(rng, owner, placed, shape, colour, diameter, w, h, poses=False):
     angle = rng.uniform(0.0, 360.0)
+    if poses and shape in VERTEX_POSES and rng.random() < VERTEX_POSE_P:
+        angle = VERTEX_POSES[shape] + 90.0 * int(rng.integers(4)) + rng.uniform(-VERTEX_POSE_SPREAD, VERTEX_POSE_SPREAD)
     aspect = rng.uniform(*DIAMOND_RATIO) if shape == "diamond" else rng.uniform(0.35, 0.55)
     mask = render_shape(shape, diameter, angle, aspect)
     mh, mw = mask.shape
@@ -491,7 +502,7 @@ def _try_place(rng, owner, placed, shape, colour, diameter, w, h):
 def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: int = 10,
                size_range: tuple[int, int] = (96, 512), distractors: int = 0, crowd_rate: float = 0.0,
                effects: bool = False, variety: bool = False, lookalikes: bool = False,
-               style: bool = False) -> Scene:
+               style: bool = False, poses: bool = False) -> Scene:
     """One random scene: width uniform in size_range, height uniform in size_range within an
     aspect ratio of MAX_ASPECT. The count of vocabulary objects is drawn uniformly from
     [min_objects, max_objects]; in a crowded small image fewer may fit (placement gives up after
@@ -504,7 +515,8 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
     variety: the training-only widening (WIDE_COLOUR_RANGES, VARIETY_BACKGROUNDS, a tone change).
     lookalikes: distractors include LOOKALIKE_SHAPES (training only).
     style: drawing styles (training only, `styles.py`): shadows, shading and rims on objects, and an
-    affine warp of the whole scene; objects are then no longer one flat colour."""
+    affine warp of the whole scene; objects are then no longer one flat colour.
+    poses: VERTEX_POSE_P of the diamonds and squares stand on a vertex (training only)."""
     if not 0 <= min_objects <= max_objects:
         raise ValueError(f"need 0 <= min_objects <= max_objects, got {min_objects}, {max_objects}")
     lo, hi = size_range
@@ -540,7 +552,7 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
         for attempt in range(40):
             scale = 1.0 if attempt < 20 else 0.6
             diameter = max(MIN_OBJECT_PX, frac * scale * short)
-            obj = _try_place(rng, owner, placed, shape, colour, diameter, w, h)
+            obj = _try_place(rng, owner, placed, shape, colour, diameter, w, h, poses)
             if obj is not None:
                 break
         else:
@@ -762,7 +774,8 @@ def vary_wording(rng: np.random.Generator, text: str) -> str:
 def scene_batch(seed: int, n: int, **kw: Any) -> list[tuple[Scene, Query]]:
     """n (scene, query) pairs. Item i depends only on (seed, i), so batches of different
     lengths from one seed share their prefix. Keyword arguments go to make_scene
-    (min_objects, max_objects, size_range, distractors, crowd_rate, effects, variety, lookalikes) and
+    (min_objects, max_objects, size_range, distractors, crowd_rate, effects, variety, lookalikes, style,
+    poses) and
     make_query (empty_rate)."""
     q_kw = {k: kw.pop(k) for k in ("empty_rate",) if k in kw}
     out = []
