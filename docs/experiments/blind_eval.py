@@ -1,8 +1,9 @@
 """Evaluate a checkpoint on a separately written, evaluation-only scene generator: the third
 (docs/experiments/third_scenes.py, session 36), the fourth or the fifth (docs/experiments/fourth_scenes.py,
-fifth_scenes.py, session 37), or the sixth (sixth_scenes.py, session 38).
+fifth_scenes.py, session 37), or the sixth and seventh (sixth_scenes.py,
+seventh_scenes.py, session 38).
 
-    python docs/experiments/blind_eval.py --generator third|fourth|fifth|sixth --weights DIR [--n 500] [--seed S]
+    python docs/experiments/blind_eval.py --generator third|fourth|fifth|sixth|seventh --weights DIR [--n 500] [--seed S]
                                           [--dtype auto|fp32|bf16] [--json OUT]
 
 Metrics are computed as `engine.training.evaluate.evaluate()` computes them (its public metric
@@ -23,13 +24,14 @@ import time  # noqa: E402
 
 from docs.experiments.fifth_scenes import fifth_batch  # noqa: E402
 from docs.experiments.fourth_scenes import fourth_batch  # noqa: E402
+from docs.experiments.seventh_scenes import seventh_batch  # noqa: E402
 from docs.experiments.sixth_scenes import sixth_batch  # noqa: E402
 from docs.experiments.third_scenes import third_batch  # noqa: E402
 from engine.training.evaluate import greedy_match, point_match, score_objects  # noqa: E402
 
 
 GENERATORS = {"third": (third_batch, 777), "fourth": (fourth_batch, 4444), "fifth": (fifth_batch, 5555),
-              "sixth": (sixth_batch, 6666)}
+              "sixth": (sixth_batch, 6666), "seventh": (seventh_batch, 7777)}
 
 
 def _recall_by(data, det, pts, key):
@@ -50,7 +52,7 @@ def main(argv=None) -> int:
     ap.add_argument("--generator", required=True, choices=sorted(GENERATORS))
     ap.add_argument("--weights", required=True)
     ap.add_argument("--n", type=int, default=500)
-    ap.add_argument("--seed", type=int, default=None, help="default: 777 (third), 4444 (fourth), 5555 (fifth), 6666 (sixth)")
+    ap.add_argument("--seed", type=int, default=None, help="default: 777 (third), 4444 (fourth), 5555 (fifth), 6666 (sixth), 7777 (seventh)")
     ap.add_argument("--dtype", default="auto", choices=("auto", "fp32", "bf16"))
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
