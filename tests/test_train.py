@@ -326,19 +326,20 @@ def test_heldout_check_scores_the_saved_checkpoint(tmp_path, prompts, one_thread
     assert {"detect_ap50", "point_hit_rate", "detect_count_exact", "point_count_exact"} <= set(report)
 
 
-@pytest.mark.parametrize("flags", [["--variety"], ["--lookalikes"], ["--variety", "--lookalikes"]])
+@pytest.mark.parametrize("flags", [["--variety"], ["--lookalikes"], ["--variety", "--lookalikes"],
+                                   ["--style", "--poses"]])
 def test_scene_flags_reach_the_scenes_and_the_log(tmp_path, one_thread, monkeypatch, flags):
     seen = []
     real = T.make_scene
     monkeypatch.setattr(T, "make_scene", lambda rng, **kw: seen.append(kw) or real(rng, **{**kw, "size_range": (96, 112)}))
     assert T.main(["--out", str(tmp_path), "--preset", "tiny", "--device", "cpu", "--workers", "0", "--steps", "1",
                    "--batch", "2", "--queries", "1", "--heldout", "0", *flags]) == 0
-    want = {"variety": "--variety" in flags, "lookalikes": "--lookalikes" in flags}
+    want = {k: f"--{k}" in flags for k in ("variety", "lookalikes", "style", "poses")}
     assert seen and all(bool(kw.get(k)) == v for kw in seen for k, v in want.items())
     start = json.loads((tmp_path / "train_log.jsonl").read_text().splitlines()[0])
     assert {k: bool(start["recipe"]["scene"].get(k)) for k in want} == want
     # the default recipe keeps the own-generator scenes
-    assert "variety" not in T.RECIPE["scene"] and "lookalikes" not in T.RECIPE["scene"]
+    assert not set(want) & set(T.RECIPE["scene"])
 
 
 def test_train_module_needs_no_engine_or_grammars():

@@ -573,10 +573,11 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
         if warped is not None:
             pixels, owner, placed = warped
             h, w = owner.shape
+            grow = math.sqrt(abs(float(np.linalg.det(fwd)))) * short / min(w, h)   # sizes: old short side → new
             for p in placed:
                 iy, ix = _inner_point(p["visible"])
                 p["pix"] = (p["rect"][0] + iy, p["rect"][1] + ix)
-                p["size"] = p["size"] * p["scale"] * short / min(w, h)
+                p["size"] *= grow
     objects = []
     for p in placed:
         y0, x0, y1, x1 = p["rect"]

@@ -140,6 +140,5 @@ def affine_warp(pixels: np.ndarray, owner: np.ndarray, placed: list[dict[str, An
         visible = mask & (own[r0:r1, c0:c1] == i)
         if not visible.any():
             return None
-        warped.append({**p, "mask": mask, "rect": (r0, c0, r1, c1), "visible": visible,
-                       "scale": math.sqrt(abs(float(np.linalg.det(fwd))))})
+        warped.append({**p, "mask": mask, "rect": (r0, c0, r1, c1), "visible": visible})
     return out.copy(), own, warped
