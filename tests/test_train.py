@@ -327,14 +327,14 @@ def test_heldout_check_scores_the_saved_checkpoint(tmp_path, prompts, one_thread
 
 
 @pytest.mark.parametrize("flags", [["--variety"], ["--lookalikes"], ["--variety", "--lookalikes"],
-                                   ["--style", "--poses"]])
+                                   ["--style", "--poses"], ["--variety", "--clutter"]])
 def test_scene_flags_reach_the_scenes_and_the_log(tmp_path, one_thread, monkeypatch, flags):
     seen = []
     real = T.make_scene
     monkeypatch.setattr(T, "make_scene", lambda rng, **kw: seen.append(kw) or real(rng, **{**kw, "size_range": (96, 112)}))
     assert T.main(["--out", str(tmp_path), "--preset", "tiny", "--device", "cpu", "--workers", "0", "--steps", "1",
                    "--batch", "2", "--queries", "1", "--heldout", "0", *flags]) == 0
-    want = {k: f"--{k}" in flags for k in ("variety", "lookalikes", "style", "poses")}
+    want = {k: f"--{k}" in flags for k in ("variety", "lookalikes", "style", "poses", "clutter")}
     assert seen and all(bool(kw.get(k)) == v for kw in seen for k, v in want.items())
     start = json.loads((tmp_path / "train_log.jsonl").read_text().splitlines()[0])
     assert {k: bool(start["recipe"]["scene"].get(k)) for k in want} == want

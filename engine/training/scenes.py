@@ -36,6 +36,7 @@ from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
 from engine.model.vocabulary import Vocabulary
 from engine.training import styles
+from engine.training.clutter import CLUTTER_BACKGROUNDS, CLUTTER_P, leaves_background, print_background
 
 # The vocabulary (one home; README "The embedded model" repeats it). Names never overlap:
 # * square: four equal sides and equal diagonals, at ANY rotation (45° included: a tilted
@@ -410,10 +411,18 @@ def _mark_background(rng: np.random.Generator, kind: str, w: int, h: int,
     return np.asarray(img).copy()
 
 
-def background(rng: np.random.Generator, w: int, h: int, variety: bool = False) -> tuple[np.ndarray, str]:
+def background(rng: np.random.Generator, w: int, h: int, variety: bool = False,
+               clutter: bool = False) -> tuple[np.ndarray, str]:
     """A (h, w, 3) uint8 background and its kind. Every pixel stays within a small distance of
     a colour returned by bg_colour (noise: up to ~1.3 sigma on average, clipped at 3 sigma).
-    variety: also VARIETY_BACKGROUNDS, in bg_colour(wide=True) colours."""
+    variety: also VARIETY_BACKGROUNDS, in bg_colour(wide=True) colours.
+    clutter: CLUTTER_P of the backgrounds are CLUTTER_BACKGROUNDS (`clutter.py`, training only)."""
+    if clutter and rng.random() < CLUTTER_P:
+        kind = CLUTTER_BACKGROUNDS[int(rng.integers(len(CLUTTER_BACKGROUNDS)))]
+        c1, c2 = bg_colour(rng, wide=variety), bg_colour(rng, wide=variety)
+        if kind == "print":
+            return print_background(rng, w, h, c1, c2, _mark_size_px(min(w, h))), kind
+        return leaves_background(rng, w, h, c1, c2), kind
     if variety:
         kinds = BACKGROUNDS + VARIETY_BACKGROUNDS
         kind = kinds[int(rng.integers(len(kinds)))]
@@ -502,7 +511,7 @@ def _try_place(rng, owner, placed, shape, colour, diameter, w, h, poses=False):
 def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: int = 10,
                size_range: tuple[int, int] = (96, 512), distractors: int = 0, crowd_rate: float = 0.0,
                effects: bool = False, variety: bool = False, lookalikes: bool = False,
-               style: bool = False, poses: bool = False) -> Scene:
+               style: bool = False, poses: bool = False, clutter: bool = False) -> Scene:
     """One random scene: width uniform in size_range, height uniform in size_range within an
     aspect ratio of MAX_ASPECT. The count of vocabulary objects is drawn uniformly from
     [min_objects, max_objects]; in a crowded small image fewer may fit (placement gives up after
@@ -516,7 +525,8 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
     lookalikes: distractors include LOOKALIKE_SHAPES (training only).
     style: drawing styles (training only, `styles.py`): shadows, shading and rims on objects, and an
     affine warp of the whole scene; objects are then no longer one flat colour.
-    poses: VERTEX_POSE_P of the diamonds and squares stand on a vertex (training only)."""
+    poses: VERTEX_POSE_P of the diamonds and squares stand on a vertex (training only).
+    clutter: some backgrounds are printed text or leaves (`clutter.py`, training only)."""
     if not 0 <= min_objects <= max_objects:
         raise ValueError(f"need 0 <= min_objects <= max_objects, got {min_objects}, {max_objects}")
     lo, hi = size_range
@@ -524,7 +534,7 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
         raise ValueError(f"size_range must satisfy 16 <= lo <= hi, got {size_range}")
     w = int(rng.integers(lo, hi + 1))
     h = int(rng.integers(max(lo, math.ceil(w / MAX_ASPECT)), min(hi, int(w * MAX_ASPECT)) + 1))
-    pixels, kind = background(rng, w, h, variety)
+    pixels, kind = background(rng, w, h, variety, clutter)
     shades = WIDE_COLOUR_RANGES if variety else COLOUR_RANGES
     owner = np.full((h, w), -1, dtype=np.int32)
     n = int(rng.integers(min_objects, max_objects + 1))
@@ -776,7 +786,7 @@ def scene_batch(seed: int, n: int, **kw: Any) -> list[tuple[Scene, Query]]:
     """n (scene, query) pairs. Item i depends only on (seed, i), so batches of different
     lengths from one seed share their prefix. Keyword arguments go to make_scene
     (min_objects, max_objects, size_range, distractors, crowd_rate, effects, variety, lookalikes, style,
-    poses) and
+    poses, clutter) and
     make_query (empty_rate)."""
     q_kw = {k: kw.pop(k) for k in ("empty_rate",) if k in kw}
     out = []

@@ -7,6 +7,7 @@
                            [--variety]   (the widened training scenes, scenes.VARIETY_SCENES)
                            [--lookalikes]   (look-alike distractor shapes, scenes.LOOKALIKE_SHAPES)
                            [--style]   (shadows, shading, rims and whole-scene warps, engine/training/styles.py)
+                           [--clutter]   (printed-text and leaf backgrounds, engine/training/clutter.py)
                            [--poses]   (half the diamonds and squares stand on a vertex, scenes.VERTEX_POSES)
 
 On every GPU of the host (one rank per GPU, DistributedDataParallel; `engine.training.distributed`):
@@ -1224,6 +1225,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--poses", action="store_true",
                    help="half the diamonds stand on a vertex and half the squares on a corner "
                         "(scenes.VERTEX_POSES), the poses in which the two look most alike")
+    p.add_argument("--clutter", action="store_true",
+                   help="some backgrounds are printed text or leaves (engine/training/clutter.py): many small marks "
+                        "that are not objects")
     p.add_argument("--fixed-batch", action="store_true", help="train on batch 0 every step (overfitting check)")
     p.add_argument("--coord-sigma", dest="coord_sigma", type=float, nargs=2, metavar=("FROM", "TO"),
                    help=f"coordinate label smoothing σ in bins, first → settled; default {RECIPE['coord_sigma']} "
@@ -1244,9 +1248,9 @@ def main(argv: list[str] | None = None) -> int:
                                             "empty_rate", "hard_rate", "grow_text_layers", "grow_vision_layers")}
     if overrides["minutes"] == 0:
         overrides["minutes"] = None
-    if a.variety or a.lookalikes or a.style or a.poses:
+    if a.variety or a.lookalikes or a.style or a.poses or a.clutter:
         overrides["scene"] = {**(VARIETY_SCENES if a.variety else RECIPE["scene"]),
-                              **{flag: True for flag in ("lookalikes", "style", "poses") if getattr(a, flag)}}
+                              **{flag: True for flag in ("lookalikes", "style", "poses", "clutter") if getattr(a, flag)}}
     train(a.out, preset=a.preset, device=a.device, workers=a.workers, init=a.init, fixed_batch=a.fixed_batch, **overrides)
     return 0
 
