@@ -1,5 +1,5 @@
 #!/bin/bash
-# How the H200 calls of sessions 34-38 trained the deeper embedded model, stages 14-28 (README, "The
+# How the H200 calls of sessions 34-39 trained the deeper embedded model, stages 14-31 (README, "The
 # embedded model"; session 33 ran the same two stages, lost with its checkpoints). One phase per
 # device call, issued back to back. Session 35 (stages 17-19, each from the one before):
 #   train stage17 assets/model 8.4 30 3e-4 --empty-rate 0.25 --hard-negatives 0.5
@@ -21,6 +21,11 @@
 #   train stage26 assets/model 8.2 39 2e-4 --empty-rate 0.25 --hard-negatives 0.5 --variety --lookalikes --style
 #   train stage27 /tmp/stage26 8.0 40 1.5e-4 --empty-rate 0.25 --hard-negatives 0.5 --variety --lookalikes --style
 #   train stage28 /tmp/stage27 6.8 41 1e-4 --empty-rate 0.25 --hard-negatives 0.5 --variety --lookalikes --style
+# Session 39 (stages 29-31, vertex poses and busy backgrounds; from the shipped mean of 26-28; not shipped,
+# README "Stages 29-31"; 30 and 31 from the previous stage, carried as ckpt/stage29 and then on the warm machine):
+#   train stage29 assets/model 8.3 42 2e-4 --empty-rate 0.25 --hard-negatives 0.5 --variety --lookalikes --style --poses --clutter --reuse 3
+#   train stage30 ckpt/stage29 7.6 43 1.5e-4 (the same flags)
+#   train stage31 /tmp/stage30 6.0 44 1e-4 (the same flags)
 #   OUT=DIR bash docs/experiments/train_calls.sh train NAME INIT MINUTES SEED LR [extra engine.train flags]
 #   OUT=DIR bash docs/experiments/train_calls.sh eval NAME...   (weights from ckpt/NAME)
 # train: python -m engine.train from INIT (assets/model or ckpt/NAME) into ckpt/NAME, the checkpoint
