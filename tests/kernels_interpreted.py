@@ -45,6 +45,17 @@ def check_rope_kv_write() -> None:
         torch.testing.assert_close(q, ref[:, 0], rtol=0, atol=1e-6)
         torch.testing.assert_close(k_cache, want_k, rtol=0, atol=1e-6)  # and nothing else written
         assert torch.equal(v_cache, want_v)
+        # With the MLP's first projection behind q, k, v (FusedProjections): the same rotary and
+        # cache writes, and GELU-tanh of the rest into a strided view, nothing beside it touched.
+        ff = 1000 + hd  # not a multiple of the GELU block: the masked tail
+        y = torch.cat([qkv, 3 * torch.randn(b, ff, generator=gen)], 1)
+        wide = torch.full((b, 7 + ff), 5.0)
+        k2, v2 = torch.randn(2, rows, heads, max_len, hd, generator=gen)
+        q2 = kernels.rope_kv_write(y, cos, sin, positions, k2, v2, rot, gelu_out=wide[:, 7:])
+        assert torch.equal(q2, q) and torch.equal(k2[rows_idx, :, positions], k_cache[rows_idx, :, positions])
+        torch.testing.assert_close(wide[:, 7:], torch.nn.functional.gelu(y[:, -ff:], approximate="tanh"),
+                                   rtol=1e-6, atol=1e-6)
+        assert torch.equal(wide[:, :7], torch.full((b, 7), 5.0))
 
 
 def check_decode_attention() -> None:
@@ -63,6 +74,9 @@ def check_decode_attention() -> None:
         want = torch_attention(q[:, :, None], k_cache[:b, :, :attn_len], v_cache[:b, :, :attn_len], bias)
         got = kernels.decode_attention(q, k_cache, v_cache, pos, attn_len)
         torch.testing.assert_close(got, want.reshape(b, -1), rtol=1e-5, atol=1e-5)
+        wide = torch.zeros(b, heads * hd + 9)  # written into a strided view: the same numbers, nothing beside
+        kernels.decode_attention(q, k_cache, v_cache, pos, attn_len, out=wide[:, 4:4 + heads * hd])
+        assert torch.equal(wide[:, 4:4 + heads * hd], got) and not wide[:, :4].any() and not wide[:, 4 + heads * hd:].any()
         # bf16 cache: fp32 accumulation inside, one rounding of the output
         got16 = kernels.decode_attention(q.bfloat16(), k_cache.bfloat16(), v_cache.bfloat16(), pos, attn_len)
         assert got16.dtype == torch.bfloat16
@@ -114,6 +128,11 @@ def check_residual_layernorm() -> None:
             torch.testing.assert_close(h, ln(x + a + b), rtol=1e-5, atol=1e-5)
             x_last, none = kernels.residual_layernorm(x, a, b, None)
             assert none is None and torch.equal(x_last, x + a + b)
+            # two bias vectors instead of a second row (FusedProjections): one fp32 sum
+            b1, b2 = torch.randn(2, dim, generator=gen)
+            x_new, h = kernels.residual_layernorm(x, a, None, ln, biases=(b1, b2))
+            torch.testing.assert_close(x_new, x + a + b1 + b2, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(h, ln(x + a + b1 + b2), rtol=1e-5, atol=1e-5)
 
 
 def check_decode_step() -> None:

@@ -625,3 +625,57 @@ def test_reference_follows_the_documented_sequence(sharp_model, tokenizer, skill
     unscored = {k: [{f: v for f, v in o.items() if f != "score"} for o in items] for k, items in result.items()}
     assert unscored == {k: [{f: v for f, v in o.items() if f != "score"} for o in items]
                         for k, items in builder.result().items()}
+
+
+def test_fused_projections_hold_the_weights_once_and_change_no_output():
+    """TextModel.fuse_projections re-homes qkv+fc1 and proj+fc2 in two matrices for the fused decode
+    step; the parameters stay the same objects with the same values (views now), so the state dict,
+    the PyTorch decode path and the reference decoder see exactly what they saw."""
+    from engine.model.moondream import MoondreamModel
+    from engine.model.checkpoint import init_random_
+
+    model = MoondreamModel(TINY, device="cpu", dtype=F64)
+    init_random_(model, seed=7)
+    text = model.text
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    params = {name: p for name, p in model.named_parameters()}
+    seqs, s = sequences(), STARTS[0]
+    embeds = randn(1, D, seed=11)
+
+    def one_step():
+        kv = fresh_kv(1, 256, seed=12)
+        with torch.inference_mode():
+            text.prefill(seqs[0][None, :s], kv, idx(0), idx(0))
+            return text.decode(embeds, kv, idx(s), 256, kernels="torch")
+
+    want = one_step()
+    text.fuse_projections()
+    text.fuse_projections()  # idempotent
+    assert {name: p for name, p in model.named_parameters()} == params  # same objects
+    after = model.state_dict()
+    assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
+    block = text.blocks[0]
+    f = block.fused
+    d, n = D, block.attn.qkv.weight.shape[0]
+    assert f.w_in.shape == (n + block.mlp.fc1.weight.shape[0], d) and f.w_out.shape == (d, d + block.mlp.fc2.weight.shape[1])
+    # held once: the parameters are views into the fused matrices
+    assert block.attn.qkv.weight.data_ptr() == f.w_in.data_ptr()
+    assert block.mlp.fc1.weight.data_ptr() == f.w_in[n:].data_ptr()
+    assert block.attn.proj.weight.data_ptr() == f.w_out.data_ptr()
+    assert block.mlp.fc2.weight.data_ptr() == f.w_out[:, d:].data_ptr()
+    assert torch.equal(one_step(), want)
+    # one GEMM over [attention | GELU(fc1)] is the sum of the two projections
+    a, g = randn(3, d, seed=13), randn(3, f.w_out.shape[1] - d, seed=14)
+    assert close(torch.cat([a, g], 1) @ f.w_out.t() + f.b_proj + f.b_fc2,
+                 block.attn.proj(a) + block.mlp.fc2(g))
+
+
+@torch.inference_mode()
+def test_one_image_encoding_for_the_captured_prefill_equals_encode_images(tiny_model64):
+    """`encode_crops_of_one` (the runner's captured single-image prefill: device crops, slices only)
+    gives exactly `encode_images`' embeddings, for a tiled image and a one-crop image."""
+    for seed, (h, w) in enumerate([(300, 500), (90, 80)]):
+        crops = overlap_crop_image(random_image(seed, h, w), TINY.vision)
+        want = tiny_model64.encode_images([crops])
+        got = tiny_model64.encode_crops_of_one(torch.from_numpy(crops.crops), crops.tiling)
+        assert got.shape == want.shape == (1, P, D) and torch.equal(got, want)

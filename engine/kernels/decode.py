@@ -15,6 +15,10 @@ replace the hot spots:
 * `residual_layernorm`: the parallel block's two residual adds and the next block's LayerNorm
   (was 3 kernels).
 
+With a layer's projections fused into two GEMMs (`engine.model.text.FusedProjections`), the rotary
+kernel also applies the MLP's GELU (`gelu_out`), the attention merge writes beside it (`out`), and the
+residual kernel adds the two projections' biases (`biases`): six kernels a layer.
+
 Their measured effect is in the README ("Decode-step performance").
 
 Numerics: rotary in fp32 rounded once to the cache dtype, as `engine.model.text.apply_rope_`;
@@ -107,27 +111,36 @@ def available(t: torch.Tensor, head_dim: int) -> bool:
 
 if triton is not None:
     @triton.jit
-    def _rope_kv_kernel(qkv_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr,
-                        stride_qkv, stride_row, stride_head, stride_pos,
-                        H: tl.constexpr, HD: tl.constexpr, ROT: tl.constexpr):
+    def _rope_kv_kernel(qkv_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, g_ptr,
+                        stride_qkv, stride_row, stride_head, stride_pos, stride_g, ff,
+                        H: tl.constexpr, HD: tl.constexpr, ROT: tl.constexpr, GELU_BLOCK: tl.constexpr):
         b = tl.program_id(0)
         h = tl.program_id(1)
-        pos = tl.load(pos_ptr + b)
-        d = tl.arange(0, HD)
-        rotated = d < ROT
-        # NeoX halves: dim i of the rotary part pairs with i ± ROT/2; the rest pass through
-        # (cos 1, sin 0 gives x exactly).
-        partner = tl.where(rotated, (d + ROT // 2) % ROT, d)
-        cos = tl.load(cos_ptr + pos * ROT + d, mask=rotated, other=1.0)
-        sin = tl.load(sin_ptr + pos * ROT + d, mask=rotated, other=0.0)
-        src = qkv_ptr + b * stride_qkv + h * HD
-        q = tl.load(src + d).to(tl.float32) * cos + tl.load(src + partner).to(tl.float32) * sin
-        k = tl.load(src + H * HD + d).to(tl.float32) * cos + tl.load(src + H * HD + partner).to(tl.float32) * sin
-        v = tl.load(src + 2 * H * HD + d)
-        tl.store(q_ptr + (b * H + h) * HD + d, q.to(q_ptr.dtype.element_ty))
-        dst = b * stride_row + h * stride_head + pos * stride_pos + d
-        tl.store(k_ptr + dst, k.to(k_ptr.dtype.element_ty))
-        tl.store(v_ptr + dst, v)
+        if h >= H:  # a GELU program: block h - H of the MLP's first projection, past q, k, v
+            j = (h - H) * GELU_BLOCK + tl.arange(0, GELU_BLOCK)
+            inside = j < ff
+            x = tl.load(qkv_ptr + b * stride_qkv + 3 * H * HD + j, mask=inside, other=0.0).to(tl.float32)
+            # tanh-approximate GELU (as layers.gelu); tanh(u) = 1 - 2 / (exp(2u) + 1) saturates cleanly
+            u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+            y = 0.5 * x * (2.0 - 2.0 / (tl.exp(2.0 * u) + 1.0))
+            tl.store(g_ptr + b * stride_g + j, y.to(g_ptr.dtype.element_ty), mask=inside)
+        else:
+            pos = tl.load(pos_ptr + b)
+            d = tl.arange(0, HD)
+            rotated = d < ROT
+            # NeoX halves: dim i of the rotary part pairs with i ± ROT/2; the rest pass through
+            # (cos 1, sin 0 gives x exactly).
+            partner = tl.where(rotated, (d + ROT // 2) % ROT, d)
+            cos = tl.load(cos_ptr + pos * ROT + d, mask=rotated, other=1.0)
+            sin = tl.load(sin_ptr + pos * ROT + d, mask=rotated, other=0.0)
+            src = qkv_ptr + b * stride_qkv + h * HD
+            q = tl.load(src + d).to(tl.float32) * cos + tl.load(src + partner).to(tl.float32) * sin
+            k = tl.load(src + H * HD + d).to(tl.float32) * cos + tl.load(src + H * HD + partner).to(tl.float32) * sin
+            v = tl.load(src + 2 * H * HD + d)
+            tl.store(q_ptr + (b * H + h) * HD + d, q.to(q_ptr.dtype.element_ty))
+            dst = b * stride_row + h * stride_head + pos * stride_pos + d
+            tl.store(k_ptr + dst, k.to(k_ptr.dtype.element_ty))
+            tl.store(v_ptr + dst, v)
 
     @triton.jit
     def prefix_or_row_block(k_ptr, v_ptr, offs, pk_ptr, pv_ptr, poffs, n, n0, valid, prefix_len,
@@ -232,8 +245,8 @@ if triton is not None:
         tl.store(acc_ptr + out * HD + d, acc)
 
     @triton.jit
-    def _attn_merge_kernel(m_ptr, l_ptr, acc_ptr, out_ptr,
-                           HD: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr):
+    def _attn_merge_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, stride_out,
+                           H: tl.constexpr, HD: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr):
         bh = tl.program_id(0)
         s = tl.arange(0, SPLITS_P2)
         d = tl.arange(0, HD)
@@ -243,18 +256,22 @@ if triton is not None:
         acc = tl.load(acc_ptr + (bh * SPLITS + s)[:, None] * HD + d[None, :], mask=inside[:, None], other=0.0)
         w = tl.exp2(m - tl.max(m, 0))  # chunk 0 always holds key 0, so the max is finite
         total = tl.sum(acc * w[:, None], 0) / tl.sum(l * w, 0)
-        tl.store(out_ptr + bh * HD + d, total.to(out_ptr.dtype.element_ty))
+        tl.store(out_ptr + (bh // H) * stride_out + (bh % H) * HD + d, total.to(out_ptr.dtype.element_ty))
 
     @triton.jit
-    def _residual_ln_kernel(x_ptr, a_ptr, b_ptr, w_ptr, bias_ptr, x_out_ptr, h_out_ptr, eps,
-                            D: tl.constexpr, BLOCK_D: tl.constexpr, NORM: tl.constexpr):
+    def _residual_ln_kernel(x_ptr, a_ptr, b_ptr, c_ptr, w_ptr, bias_ptr, x_out_ptr, h_out_ptr, eps,
+                            D: tl.constexpr, BLOCK_D: tl.constexpr, NORM: tl.constexpr, BIASES: tl.constexpr):
         row = tl.program_id(0)
         d = tl.arange(0, BLOCK_D)
         inside = d < D
-        # Rounded after each add, as `x + a + b` in the model dtype is.
         x = tl.load(x_ptr + row * D + d, mask=inside, other=0.0)
-        x = (x + tl.load(a_ptr + row * D + d, mask=inside, other=0.0)).to(x_ptr.dtype.element_ty)
-        x = (x + tl.load(b_ptr + row * D + d, mask=inside, other=0.0)).to(x_ptr.dtype.element_ty)
+        if BIASES:  # x + a + b + c, b and c vectors [D]: summed in fp32, rounded once
+            x = (x.to(tl.float32) + tl.load(a_ptr + row * D + d, mask=inside, other=0.0).to(tl.float32)
+                 + tl.load(b_ptr + d, mask=inside, other=0.0).to(tl.float32)
+                 + tl.load(c_ptr + d, mask=inside, other=0.0).to(tl.float32)).to(x_ptr.dtype.element_ty)
+        else:  # x + a + b, b a row [D]: rounded after each add, as `x + a + b` in the model dtype is
+            x = (x + tl.load(a_ptr + row * D + d, mask=inside, other=0.0)).to(x_ptr.dtype.element_ty)
+            x = (x + tl.load(b_ptr + row * D + d, mask=inside, other=0.0)).to(x_ptr.dtype.element_ty)
         tl.store(x_out_ptr + row * D + d, x, mask=inside)
         if NORM:
             xf = x.to(tl.float32)
@@ -267,33 +284,51 @@ if triton is not None:
 
 
 def residual_layernorm(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-                       ln: torch.nn.LayerNorm | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                       ln: torch.nn.LayerNorm | None, *,
+                       biases: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """x + a + b (the parallel block's residual) and, when `ln` is given, the next block's
-    LayerNorm of it, in one pass: (x_new, ln(x_new) or None). All [B, D] contiguous."""
+    LayerNorm of it, in one pass: (x_new, ln(x_new) or None). All [B, D] contiguous.
+    With `biases` (two [D] vectors; b must be None) it is x + a + biases[0] + biases[1], summed in
+    fp32 and rounded once: the residual after one GEMM over both projections (`FusedProjections`)."""
     rows, dim = x.shape
-    assert x.is_contiguous() and a.is_contiguous() and b.is_contiguous() and a.shape == b.shape == x.shape
+    assert (b is None) == (biases is not None), "give either b or biases"
+    second, third = (b, x) if biases is None else biases
+    assert x.is_contiguous() and a.is_contiguous() and second.is_contiguous() and a.shape == x.shape
+    assert second.shape == (x.shape if biases is None else (dim,)) and third.is_contiguous() and third.numel() in (dim, x.numel())
     x_new = torch.empty_like(x)
     h = torch.empty_like(x) if ln is not None else x_new
-    _residual_ln_kernel[(rows,)](x, a, b, ln.weight if ln is not None else x, ln.bias if ln is not None else x,
+    _residual_ln_kernel[(rows,)](x, a, second, third, ln.weight if ln is not None else x, ln.bias if ln is not None else x,
                                  x_new, h, ln.eps if ln is not None else 0.0,
                                  D=dim, BLOCK_D=triton.next_power_of_2(dim), NORM=ln is not None,
-                                 num_warps=4 if dim >= 1024 else 1)
+                                 BIASES=biases is not None, num_warps=4 if dim >= 1024 else 1)
     return x_new, h if ln is not None else None
 
 
+GELU_BLOCK = 1024  # MLP activations per GELU program of `rope_kv_write`
+
+
 def rope_kv_write(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
-                  k_cache: torch.Tensor, v_cache: torch.Tensor, rotary_dims: int) -> torch.Tensor:
+                  k_cache: torch.Tensor, v_cache: torch.Tensor, rotary_dims: int, *,
+                  gelu_out: torch.Tensor | None = None) -> torch.Tensor:
     """qkv [B, 3·H·hd] → rotated q [B, H, hd]; rotated k and v written to row b, position
-    positions[b] of k_cache/v_cache [rows, H, max_len, hd]. cos/sin: fp32 [max_len, rotary_dims]."""
+    positions[b] of k_cache/v_cache [rows, H, max_len, hd]. cos/sin: fp32 [max_len, rotary_dims].
+
+    With `gelu_out` [B, F] (rows may be strided): qkv is [B, 3·H·hd + F], the MLP's first
+    projection after q, k, v (`FusedProjections`), and the same launch writes GELU-tanh of those
+    F columns to gelu_out."""
     b = qkv.shape[0]
     _, h, _, hd = k_cache.shape
-    assert qkv.shape[1] == 3 * h * hd and qkv.stride(1) == 1 and k_cache.stride() == v_cache.stride()
+    ff = 0 if gelu_out is None else gelu_out.shape[1]
+    assert qkv.shape[1] == 3 * h * hd + ff and qkv.stride(1) == 1 and k_cache.stride() == v_cache.stride()
+    assert gelu_out is None or (gelu_out.shape[0] == b and gelu_out.stride(1) == 1 and gelu_out.dtype == qkv.dtype)
     assert cos.is_contiguous() and sin.is_contiguous() and cos.shape[1] == rotary_dims
     positions = positions.contiguous()  # read as positions[b] at offset b
     q = torch.empty(b, h, hd, device=qkv.device, dtype=qkv.dtype)
-    _rope_kv_kernel[(b, h)](qkv, cos, sin, positions, q, k_cache, v_cache,
-                            qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-                            H=h, HD=hd, ROT=rotary_dims, num_warps=1)
+    g = q if gelu_out is None else gelu_out
+    _rope_kv_kernel[(b, h + triton.cdiv(ff, GELU_BLOCK))](
+        qkv, cos, sin, positions, q, k_cache, v_cache, g,
+        qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), g.stride(0), ff,
+        H=h, HD=hd, ROT=rotary_dims, GELU_BLOCK=GELU_BLOCK, num_warps=1)
     return q
 
 
@@ -318,12 +353,13 @@ def shared_prefix_args(prefix: tuple[torch.Tensor, torch.Tensor, torch.Tensor] |
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
                      attn_len: int, *, prefix: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
                      groups: torch.Tensor | None = None, chunk: int = CHUNK, block: int = BLOCK_N,
-                     num_warps: int = ATTN_WARPS) -> torch.Tensor:
+                     num_warps: int = ATTN_WARPS, out: torch.Tensor | None = None) -> torch.Tensor:
     """q [B, H, hd]; row b attends to keys 0..min(positions[b], attn_len - 1) of cache row b
     ([rows, H, max_len, hd]). `prefix` (k, v [slots, H, P, hd], slots [B]): keys 0..P-1 of row b
     are those of slot slots[b] instead. `groups` (with `prefix`; `group_table` builds it): the rows
     grouped by slot, so that the chunks inside the prefix are read once per group (the caller
-    decides when that pays: `grouping_pays`); then every position must be ≥ P. Returns [B, H·hd] in q's dtype."""
+    decides when that pays: `grouping_pays`); then every position must be ≥ P. Returns [B, H·hd] in q's dtype,
+    written to `out` when given (a [B, H·hd] view whose rows may be strided, e.g. part of a wider buffer)."""
     b, h, hd = q.shape
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(3) == 1 and q.is_contiguous()
     positions = positions.contiguous()  # read as positions[b] at offset b (a no-op for the runner's)
@@ -348,7 +384,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                                                 hd ** -0.5 * math.log2(math.e), *shared,
                                                 H=h, HD=hd, SPLITS=splits, CHUNK_=chunk, BLOCK=block,
                                                 SHARED=prefix is not None, FIRST=first, num_warps=num_warps)
-    out = torch.empty(b, h * hd, device=q.device, dtype=q.dtype)
-    _attn_merge_kernel[(b * h,)](m, l, acc, out, HD=hd, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits),
-                                 num_warps=1)
+    if out is None:
+        out = torch.empty(b, h * hd, device=q.device, dtype=q.dtype)
+    assert out.shape == (b, h * hd) and out.stride(1) == 1 and out.dtype == q.dtype
+    _attn_merge_kernel[(b * h,)](m, l, acc, out, out.stride(0), H=h, HD=hd, SPLITS=splits,
+                                 SPLITS_P2=triton.next_power_of_2(splits), num_warps=1)
     return out

@@ -64,6 +64,14 @@ class MoondreamModel(nn.Module):
         bos = self.text.wte[self.config.tokens.bos_id].expand(len(images), 1, -1)
         return torch.cat([bos, projected], dim=1)
 
+    def encode_crops_of_one(self, crops: torch.Tensor, tiling: tuple[int, int]) -> torch.Tensor:
+        """`encode_images` of one image whose uint8 crops [1 + th·tw, S, S, 3] are on the device:
+        only slices and fixed shapes (no host index lists), so it can be captured in a CUDA graph.
+        → [1, prefix_len, D]."""
+        features = self.vision.encode_crops(normalize_crops(crops, dtype=self.dtype))  # [N, patches, dim]
+        projected = self.vision.project_batch(features[:1], features[1:][None], tiling)  # [1, patches, text dim]
+        return torch.cat([self.text.wte[self.config.tokens.bos_id].expand(1, 1, -1), projected], dim=1)
+
     def encode_image(self, crops: OverlapCrops) -> torch.Tensor:
         """One image: [1, prefix_len, D]."""
         return self.encode_images([crops])

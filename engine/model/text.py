@@ -71,6 +71,23 @@ class SharedPrefix:
                 torch.cat([self.v[layer][slots], vl[rows, :, p:end]], 2))
 
 
+@dataclass
+class FusedProjections:
+    """A parallel block's four projections as two GEMMs, for the fused decode step.
+
+    Both the attention and the MLP read the same LayerNorm output and add to the same residual, so
+    qkv and fc1 are one [3·D + F, D] matrix (`w_in`, bias `b_in`), and proj and fc2 one [D, D + F]
+    matrix (`w_out`) applied to [attention | GELU(fc1)]; their two biases are added in the residual
+    kernel. The block's own parameters become views into these (`TextModel.fuse_projections`), so
+    the weights are held once and both paths read the same numbers."""
+
+    w_in: torch.Tensor
+    b_in: torch.Tensor
+    w_out: torch.Tensor
+    b_proj: torch.Tensor
+    b_fc2: torch.Tensor
+
+
 class TextBlock(nn.Module):
     """Parallel block: one LayerNorm feeds both attention and MLP."""
 
@@ -79,6 +96,24 @@ class TextBlock(nn.Module):
         self.ln = nn.LayerNorm(cfg.dim, **factory)
         self.attn = QKVAttentionWeights(cfg.dim, **factory)
         self.mlp = MLP(cfg.dim, cfg.ff_dim, **factory)
+        self.fused: FusedProjections | None = None  # set by TextModel.fuse_projections
+
+    @torch.no_grad()
+    def fuse_projections(self) -> FusedProjections:
+        """Re-home qkv+fc1 and proj+fc2 in two matrices (`FusedProjections`); the parameters stay the
+        same objects, now views into them (`.data` is swapped), so state_dict keys, values and any
+        reference to a parameter are unchanged. Idempotent."""
+        if self.fused is None:
+            qkv, proj, fc1, fc2 = self.attn.qkv, self.attn.proj, self.mlp.fc1, self.mlp.fc2
+            d = proj.weight.shape[0]
+            w_in, b_in = torch.cat([qkv.weight, fc1.weight]), torch.cat([qkv.bias, fc1.bias])
+            w_out = torch.cat([proj.weight, fc2.weight], dim=1)
+            n = qkv.weight.shape[0]
+            qkv.weight.data, fc1.weight.data = w_in[:n], w_in[n:]
+            qkv.bias.data, fc1.bias.data = b_in[:n], b_in[n:]
+            proj.weight.data, fc2.weight.data = w_out[:, :d], w_out[:, d:]
+            self.fused = FusedProjections(w_in, b_in, w_out, proj.bias, fc2.bias)
+        return self.fused
 
 
 @dataclass
@@ -148,6 +183,13 @@ class TextModel(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.post_ln(hidden))
+
+    def fuse_projections(self) -> None:
+        """Every block's projections as two GEMMs (`FusedProjections`), which the fused decode step
+        reads. `ModelRunner` calls it when it runs the fused kernels, before any graph is captured; a
+        fused decode of an unfused model calls it first. The weights are held once either way."""
+        for block in self.blocks:
+            block.fuse_projections()
 
     def rope_at(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin for positions [B, L], shaped to broadcast over (q|k, head): [B, L, 1, 1, r]."""
@@ -280,17 +322,25 @@ class TextModel(nn.Module):
 
     def _decode_fused(self, embeds: torch.Tensor, kv: KVCache, positions: torch.Tensor, attn_len: int,
                       prefix: SharedPrefix | None, grouped: bool) -> torch.Tensor:
+        """Six kernels a layer: [qkv | fc1] GEMM; rotary + K/V write + GELU; split-K attention and its
+        merge, which writes beside the GELU output; [proj | fc2] GEMM; residual + next LayerNorm."""
+        if self.blocks[0].fused is None:
+            self.fuse_projections()
         cos, sin = self.rope(embeds.device)
         slots = None if prefix is None else prefix.slots[: embeds.shape[0]]  # rows 0..B-1
+        b, d = embeds.shape
         x = embeds.contiguous()
         h = self.blocks[0].ln(x)
         for layer, block in enumerate(self.blocks):
+            f = block.fused
             kl, vl = kv.k[layer], kv.v[layer]
-            q = _kernels.rope_kv_write(block.attn.qkv(h), cos, sin, positions, kl, vl, self.cfg.rotary_dims)
-            a = _kernels.decode_attention(q, kl, vl, positions, attn_len,
-                                          prefix=None if prefix is None else (prefix.k[layer], prefix.v[layer], slots),
-                                          groups=prefix.groups if prefix is not None and grouped else None)
-            # The residual adds and the next block's LayerNorm are one kernel.
+            y = torch.nn.functional.linear(h, f.w_in, f.b_in)  # [B, 3D + F]: q, k, v, fc1
+            z = torch.empty(b, f.w_out.shape[1], device=x.device, dtype=x.dtype)  # [B, D + F]: attention | GELU
+            q = _kernels.rope_kv_write(y, cos, sin, positions, kl, vl, self.cfg.rotary_dims, gelu_out=z[:, d:])
+            _kernels.decode_attention(q, kl, vl, positions, attn_len,
+                                      prefix=None if prefix is None else (prefix.k[layer], prefix.v[layer], slots),
+                                      groups=prefix.groups if prefix is not None and grouped else None, out=z[:, :d])
+            # The residual adds (with both biases) and the next block's LayerNorm are one kernel.
             following = self.blocks[layer + 1].ln if layer + 1 < len(self.blocks) else None
-            x, h = _kernels.residual_layernorm(x, block.attn.proj(a), block.mlp(h), following)
+            x, h = _kernels.residual_layernorm(x, torch.mm(z, f.w_out.t()), None, following, biases=(f.b_proj, f.b_fc2))
         return x

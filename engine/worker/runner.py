@@ -73,7 +73,10 @@ class ModelRunner:
         # have to gather it for every layer of every step, so there each row gets a copy of its
         # slot at admission and reads its own positions, as the reference decoder's rows do.
         # `row_prefix` is what the forwards read the prefix from: the slots, or (None) the rows.
-        self.row_prefix = self.prefix if use_fused(kernels, self.kv.k, cfg.text.head_dim) else None
+        fused = use_fused(kernels, self.kv.k, cfg.text.head_dim)
+        self.row_prefix = self.prefix if fused else None
+        if fused:  # the fused decode step's two GEMMs a layer (FusedProjections), before any capture
+            model.text.fuse_projections()
         grouping_pays(0, GROUP_MIN_BATCH, group_prefix)  # a bad choice fails here, not at the first step
         self.group_prefix = group_prefix  # when a decode step reads the prefix once per group of rows
         self.group_host = [self.streams.pinned(group_table_size(max_batch), dtype=torch.long) for _ in range(2)]
@@ -92,7 +95,8 @@ class ModelRunner:
         self.static_prompts = self.use_graphs  # padded prompt prefill; captured only with graphs
         self.mask_rows_uploaded = 0
         self.slots = [DecodeSlot(i, max_batch, self.streams, dev) for i in range(2)]
-        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
+        self.image_in: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # a tiling's captured inputs: crops, slot
         self._graph_pool = None
 
     # ---- shapes -------------------------------------------------------------------------
@@ -128,7 +132,9 @@ class ModelRunner:
             n = len(items)
             self.prefix.slots[ids[:n]] = ids[n:2 * n]
             self.slot_of_row[rows] = slots
-            if encode:
+            if len(encode) == 1 and self.use_graphs:  # one new image: the latency case, as one graph
+                self._image_prefill(self._crops_here(encode[0].crops), ids[2 * n:])
+            elif encode:
                 crops = model.encode_images([self._crops_here(item.crops) for item in encode])
                 text.prefill_prefix(crops, self.prefix.as_cache(), ids[2 * n:])
             if self.row_prefix is None:  # the PyTorch path: each row its own copy of its slot
@@ -136,6 +142,27 @@ class ModelRunner:
                 self.kv.k[:, ids[:n], :, :plen] = self.prefix.k[:, ids[n:2 * n]]
                 self.kv.v[:, ids[:n], :, :plen] = self.prefix.v[:, ids[n:2 * n]]
             self._prompt_prefill(items)
+
+    def _image_prefill(self, crops: OverlapCrops, slot: torch.Tensor) -> None:
+        """One new image's vision tower, projection and prefix prefill into `slot` ([1] long, on
+        the device) as a graph replay per tiling: one image at a time the ~1,500 kernel launches
+        of the eager forward, not the GPU, set its pace (README, "Whole requests under load").
+        Captured at the first image of a tiling (a few prefills' time, inside that step)."""
+        key = ("image", *crops.tiling)
+        if key not in self.image_in:
+            pixels = torch.zeros(crops.crops.shape, dtype=torch.uint8, device=self.device)
+            self.image_in[key] = (pixels, torch.zeros(1, dtype=torch.long, device=self.device))
+        pixels, slot_in = self.image_in[key]
+        source = crops.crops
+        pixels.copy_(self.streams.upload(torch.from_numpy(source), self.device) if isinstance(source, np.ndarray)
+                     else source)
+        slot_in.copy_(slot)
+
+        def body() -> None:
+            embeds = self.model.encode_crops_of_one(pixels, crops.tiling)
+            self.model.text.prefill_prefix(embeds, self.prefix.as_cache(), slot_in)
+
+        self._captured(key, body).replay()
 
     def _crops_here(self, crops: OverlapCrops | np.ndarray) -> OverlapCrops:
         """OverlapCrops as they are; pixels are uploaded and cropped on this device (libvips' pixels)."""
