@@ -1,5 +1,5 @@
 #!/bin/bash
-# How the H200 calls of sessions 34-39 trained the deeper embedded model, stages 14-31 (README, "The
+# How the H200 calls of sessions 34-40 trained the deeper embedded model, stages 14-32 (README, "The
 # embedded model"; session 33 ran the same two stages, lost with its checkpoints). One phase per
 # device call, issued back to back. Session 35 (stages 17-19, each from the one before):
 #   train stage17 assets/model 8.4 30 3e-4 --empty-rate 0.25 --hard-negatives 0.5
@@ -26,6 +26,8 @@
 #   train stage29 assets/model 8.3 42 2e-4 --empty-rate 0.25 --hard-negatives 0.5 --variety --lookalikes --style --poses --clutter --reuse 3
 #   train stage30 ckpt/stage29 7.6 43 1.5e-4 (the same flags)
 #   train stage31 /tmp/stage30 6.0 44 1e-4 (the same flags)
+# Session 40 (stage 32, more questions in the mix; from the shipped mean of 26-28; not shipped):
+#   train stage32 assets/model 8.0 45 1e-4 --empty-rate 0.25 --hard-negatives 0.5 --variety --lookalikes --style --qa-frac 0.6
 #   OUT=DIR bash docs/experiments/train_calls.sh train NAME INIT MINUTES SEED LR [extra engine.train flags]
 #   OUT=DIR bash docs/experiments/train_calls.sh eval NAME...   (weights from ckpt/NAME)
 # train: python -m engine.train from INIT (assets/model or ckpt/NAME) into ckpt/NAME, the checkpoint
