@@ -118,21 +118,17 @@ def check_shared_prefix_attention() -> None:
 def check_residual_layernorm() -> None:
     gen = torch.Generator().manual_seed(2)
     for dim in (48, 64):  # a non-power-of-two width exercises the masked tail
-        x, a, b = torch.randn(3, 5, dim, generator=gen)
+        x, a = torch.randn(2, 5, dim, generator=gen)
+        b1, b2 = torch.randn(2, dim, generator=gen)  # the two projections' biases (FusedProjections)
         ln = torch.nn.LayerNorm(dim)
         with torch.no_grad():
             ln.weight.normal_(generator=gen)
             ln.bias.normal_(generator=gen)
-            x_new, h = kernels.residual_layernorm(x, a, b, ln)
-            assert torch.equal(x_new, x + a + b)
-            torch.testing.assert_close(h, ln(x + a + b), rtol=1e-5, atol=1e-5)
-            x_last, none = kernels.residual_layernorm(x, a, b, None)
-            assert none is None and torch.equal(x_last, x + a + b)
-            # two bias vectors instead of a second row (FusedProjections): one fp32 sum
-            b1, b2 = torch.randn(2, dim, generator=gen)
-            x_new, h = kernels.residual_layernorm(x, a, None, ln, biases=(b1, b2))
+            x_new, h = kernels.residual_layernorm(x, a, (b1, b2), ln)
             torch.testing.assert_close(x_new, x + a + b1 + b2, rtol=1e-6, atol=1e-6)
             torch.testing.assert_close(h, ln(x + a + b1 + b2), rtol=1e-5, atol=1e-5)
+            x_last, none = kernels.residual_layernorm(x, a, (b1, b2), None)
+            assert none is None and torch.equal(x_last, x_new)
 
 
 def check_decode_step() -> None:

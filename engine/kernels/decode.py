@@ -12,12 +12,11 @@ replace the hot spots:
   split-K ("flash decoding"): every (row, head, key chunk) is one program, so even batch 1
   fills the GPU; a second kernel merges the chunks in a fixed order, so results are
   bit-for-bit reproducible (was 4 kernels: baddbmm, softmax, cast, bmm).
-* `residual_layernorm`: the parallel block's two residual adds and the next block's LayerNorm
-  (was 3 kernels).
+* `residual_layernorm`: the parallel block's residual and the next block's LayerNorm (was 3 kernels).
 
 With a layer's projections fused into two GEMMs (`engine.model.text.FusedProjections`), the rotary
 kernel also applies the MLP's GELU (`gelu_out`), the attention merge writes beside it (`out`), and the
-residual kernel adds the two projections' biases (`biases`): six kernels a layer.
+residual kernel adds the two projections' biases: six kernels a layer.
 
 Their measured effect is in the README ("Decode-step performance").
 
@@ -45,6 +44,7 @@ except ImportError:  # CPU-only installs: the PyTorch path is used
 CHUNK = 64     # keys per split-K program
 BLOCK_N = 64   # keys per inner iteration
 ATTN_WARPS = 2
+GELU_BLOCK = 1024  # MLP activations per GELU program of `rope_kv_write`
 
 
 # Rows that read one prefix slot are handled G at a time (tl.dot needs ≥ 16 rows of queries), by
@@ -260,18 +260,15 @@ if triton is not None:
 
     @triton.jit
     def _residual_ln_kernel(x_ptr, a_ptr, b_ptr, c_ptr, w_ptr, bias_ptr, x_out_ptr, h_out_ptr, eps,
-                            D: tl.constexpr, BLOCK_D: tl.constexpr, NORM: tl.constexpr, BIASES: tl.constexpr):
+                            D: tl.constexpr, BLOCK_D: tl.constexpr, NORM: tl.constexpr):
         row = tl.program_id(0)
         d = tl.arange(0, BLOCK_D)
         inside = d < D
-        x = tl.load(x_ptr + row * D + d, mask=inside, other=0.0)
-        if BIASES:  # x + a + b + c, b and c vectors [D]: summed in fp32, rounded once
-            x = (x.to(tl.float32) + tl.load(a_ptr + row * D + d, mask=inside, other=0.0).to(tl.float32)
-                 + tl.load(b_ptr + d, mask=inside, other=0.0).to(tl.float32)
-                 + tl.load(c_ptr + d, mask=inside, other=0.0).to(tl.float32)).to(x_ptr.dtype.element_ty)
-        else:  # x + a + b, b a row [D]: rounded after each add, as `x + a + b` in the model dtype is
-            x = (x + tl.load(a_ptr + row * D + d, mask=inside, other=0.0)).to(x_ptr.dtype.element_ty)
-            x = (x + tl.load(b_ptr + row * D + d, mask=inside, other=0.0)).to(x_ptr.dtype.element_ty)
+        # x + a + b + c (b and c vectors [D]), summed in fp32 and rounded once
+        x = (tl.load(x_ptr + row * D + d, mask=inside, other=0.0).to(tl.float32)
+             + tl.load(a_ptr + row * D + d, mask=inside, other=0.0).to(tl.float32)
+             + tl.load(b_ptr + d, mask=inside, other=0.0).to(tl.float32)
+             + tl.load(c_ptr + d, mask=inside, other=0.0).to(tl.float32)).to(x_ptr.dtype.element_ty)
         tl.store(x_out_ptr + row * D + d, x, mask=inside)
         if NORM:
             xf = x.to(tl.float32)
@@ -283,28 +280,23 @@ if triton is not None:
             tl.store(h_out_ptr + row * D + d, (centred * rstd * w + bias).to(h_out_ptr.dtype.element_ty), mask=inside)
 
 
-def residual_layernorm(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-                       ln: torch.nn.LayerNorm | None, *,
-                       biases: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """x + a + b (the parallel block's residual) and, when `ln` is given, the next block's
-    LayerNorm of it, in one pass: (x_new, ln(x_new) or None). All [B, D] contiguous.
-    With `biases` (two [D] vectors; b must be None) it is x + a + biases[0] + biases[1], summed in
-    fp32 and rounded once: the residual after one GEMM over both projections (`FusedProjections`)."""
+def residual_layernorm(x: torch.Tensor, a: torch.Tensor, biases: tuple[torch.Tensor, torch.Tensor],
+                       ln: torch.nn.LayerNorm | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The parallel block's residual after one GEMM over both projections (`FusedProjections`):
+    x + a + biases[0] + biases[1], summed in fp32 and rounded once, and, when `ln` is given, the
+    next block's LayerNorm of it, in one pass: (x_new, ln(x_new) or None). x, a [B, D] and the two
+    bias vectors [D], contiguous."""
     rows, dim = x.shape
-    assert (b is None) == (biases is not None), "give either b or biases"
-    second, third = (b, x) if biases is None else biases
-    assert x.is_contiguous() and a.is_contiguous() and second.is_contiguous() and a.shape == x.shape
-    assert second.shape == (x.shape if biases is None else (dim,)) and third.is_contiguous() and third.numel() in (dim, x.numel())
+    b1, b2 = biases
+    assert x.is_contiguous() and a.is_contiguous() and a.shape == x.shape
+    assert b1.is_contiguous() and b2.is_contiguous() and b1.shape == b2.shape == (dim,)
     x_new = torch.empty_like(x)
     h = torch.empty_like(x) if ln is not None else x_new
-    _residual_ln_kernel[(rows,)](x, a, second, third, ln.weight if ln is not None else x, ln.bias if ln is not None else x,
+    _residual_ln_kernel[(rows,)](x, a, b1, b2, ln.weight if ln is not None else x, ln.bias if ln is not None else x,
                                  x_new, h, ln.eps if ln is not None else 0.0,
                                  D=dim, BLOCK_D=triton.next_power_of_2(dim), NORM=ln is not None,
-                                 BIASES=biases is not None, num_warps=4 if dim >= 1024 else 1)
+                                 num_warps=4 if dim >= 1024 else 1)
     return x_new, h if ln is not None else None
-
-
-GELU_BLOCK = 1024  # MLP activations per GELU program of `rope_kv_write`
 
 
 def rope_kv_write(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,

@@ -342,5 +342,5 @@ class TextModel(nn.Module):
                                       groups=prefix.groups if prefix is not None and grouped else None, out=z[:, :d])
             # The residual adds (with both biases) and the next block's LayerNorm are one kernel.
             following = self.blocks[layer + 1].ln if layer + 1 < len(self.blocks) else None
-            x, h = _kernels.residual_layernorm(x, torch.mm(z, f.w_out.t()), None, following, biases=(f.b_proj, f.b_fc2))
+            x, h = _kernels.residual_layernorm(x, torch.mm(z, f.w_out.t()), (f.b_proj, f.b_fc2), following)
         return x
