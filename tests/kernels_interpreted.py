@@ -129,6 +129,77 @@ def check_residual_layernorm() -> None:
             torch.testing.assert_close(h, ln(x + a + b1 + b2), rtol=1e-5, atol=1e-5)
             x_last, none = kernels.residual_layernorm(x, a, (b1, b2), None)
             assert none is None and torch.equal(x_last, x_new)
+            x_plain, h_plain = kernels.residual_layernorm(x, a, (), ln)  # the vision blocks' mode: no biases
+            assert torch.equal(x_plain, x + a)
+            torch.testing.assert_close(h_plain, ln(x + a), rtol=1e-5, atol=1e-5)
+
+
+def check_vision_fused_blocks() -> None:
+    """The vision tower's fused blocks (`VisionEncoder.encode_crops(fused=True)`: residual adds with
+    the LayerNorms after them in `residual_layernorm`) against its PyTorch blocks, on the tiny
+    model's crops. (On the CPU fc1 and GELU stay two steps; their CUDA GEMM epilogue is checked on
+    the device by docs/experiments/fused_vision_check.py.)"""
+    from engine.model.checkpoint import init_random_
+    from engine.model.moondream import MoondreamModel
+
+    torch.set_num_threads(1)
+    model = MoondreamModel(TINY, device="cpu", dtype=torch.float32)
+    init_random_(model, seed=5)
+    size = TINY.vision.crop_size
+    crops = torch.randn(3, 3, size, size, generator=torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        want = model.vision.encode_crops(crops)
+        got = model.vision.encode_crops(crops, fused=True)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def check_fused_sampling() -> None:
+    """A point/detect step's fused sampling (`engine.kernels.sample`) against the runner's PyTorch
+    sampling, for every `SampleHeads` variant without the full vocabulary: rows in each grammar
+    state (coord or EOS, coord, size, EOS) and inactive rows, with some logits tied: the same tokens,
+    values, probabilities, pending inputs and next input embeddings."""
+    from engine.model.checkpoint import init_random_
+    from engine.model.moondream import MoondreamModel
+    from engine.worker.runner import ModelRunner, SampleHeads
+
+    torch.set_num_threads(1)
+    model = MoondreamModel(TINY, device="cpu", dtype=torch.float32)
+    init_random_(model, seed=6)
+    tok, vocab = TINY.tokens, TINY.text.vocab_size
+    table = np.zeros((8, vocab), dtype=np.bool_)
+    table[0] = True
+    for row, ids in enumerate(([tok.coord_id, tok.eos_id], [tok.coord_id], [tok.size_id], [tok.eos_id]), start=1):
+        table[row, ids] = True
+    batch = 6
+    states = torch.tensor([1, 2, 3, 4, 1, 3])
+    active = torch.tensor([1, 1, 1, 1, 0, 1])
+    hidden = torch.randn(batch, TINY.text.dim, generator=torch.Generator().manual_seed(6))
+    hidden[5] = hidden[2]  # two rows alike: equal logits everywhere
+    runners = {}
+    for name in ("torch", "triton"):
+        runner = ModelRunner(model, max_batch=8, max_len=TINY.prefix_len + 64, mask_capacity=8, kernels=name)
+        assert runner.fused_sampling == (name == "triton")
+        runner.upload_mask_rows(table, 5)
+        runner.hidden[:batch] = hidden
+        runner.pending_token[:batch] = 7
+        runner.pending_coord[:batch] = 0.25
+        runner.pending_size[:batch] = 0.5
+        slot = runner.slots[0]
+        slot.meta_dev[0, :batch], slot.meta_dev[1, :batch] = states, active
+        runners[name] = runner
+    for heads in SampleHeads.variants()[1:]:
+        out = {}
+        for name, runner in runners.items():
+            slot = runner.slots[0]
+            runner.replay_sample(0, batch, heads)
+            out[name] = [t[:batch].clone() for t in (slot.tokens_dev, slot.coords_dev, slot.sizes_dev, slot.probs_dev,
+                                                      runner.pending_token, runner.pending_coord, runner.pending_size,
+                                                      runner.embeds)]
+        for want, got in zip(out["torch"], out["triton"]):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+        assert heads.coord or out["triton"][1].isnan().all()
+        assert set(out["triton"][0].tolist()) <= {tok.coord_id, tok.size_id, tok.eos_id}
 
 
 def check_decode_step() -> None:
@@ -212,8 +283,8 @@ def check_prompt_prefill() -> None:
 def check_padded_prompt_prefill_matches_eager() -> None:
     """The runner's padded prompt prefill (static shapes, the fused prompt kernel: how CUDA runs it,
     captured) against its eager prefill (PyTorch attention), for one step of several different
-    prompts on different images, rows out of order: the same hidden states and logits per row. The
-    check is on the logits, not on decoded answers, which a random model can keep by chance."""
+    prompts on different images, rows out of order: the same last hidden state per row. The check is
+    on the hidden states, not on decoded answers, which a random model can keep by chance."""
     from engine.model.checkpoint import init_random_
     from engine.model.image import load_image, overlap_crop_image
     from engine.model.moondream import MoondreamModel
@@ -238,15 +309,14 @@ def check_padded_prompt_prefill_matches_eager() -> None:
         runner.static_prompts = static
         runner.launch_prefill(items)
         rows = [i.row for i in items]
-        out[static] = (runner.hidden[rows].clone(), runner.logits[rows].clone())
-    torch.testing.assert_close(out[True][0], out[False][0], rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(out[True][1], out[False][1], rtol=1e-4, atol=1e-4)
+        out[static] = runner.hidden[rows].clone()
+    torch.testing.assert_close(out[True], out[False], rtol=1e-4, atol=1e-4)
 
 
 def check_grouped_decode_step_matches_per_row() -> None:
     """A decode step of the runner whose rows share image slots (rows out of slot order, groups of
     one and of several rows, the host-built group table): the grouped graph body gives the per-row
-    body's logits, and both the PyTorch path's (rows hold their prefix copies)."""
+    body's hidden states, and both the PyTorch path's (rows hold their prefix copies)."""
     from engine.model.checkpoint import init_random_
     from engine.model.image import load_image, overlap_crop_image
     from engine.model.moondream import MoondreamModel
@@ -264,7 +334,7 @@ def check_grouped_decode_step_matches_per_row() -> None:
     crops = [overlap_crop_image(load_image(IMAGES[k % len(IMAGES)]), TINY.vision) for k in range(3)]
     batch = len(image_of_row)
     assert batch >= kernels.GROUP_MIN_BATCH
-    logits = {}
+    hidden = {}
     for name, kernel_choice, grouped in (("per-row", "triton", False), ("grouped", "triton", True),
                                          ("torch", "torch", False)):
         runner = ModelRunner(model, max_batch=16, max_len=TINY.prefix_len + 64, mask_capacity=8,
@@ -279,12 +349,13 @@ def check_grouped_decode_step_matches_per_row() -> None:
         runner.launch_prefill(items)
         positions = np.array([TINY.prefix_len + len(i.prompt) + row % 3 for row, i in enumerate(items)])
         runner.pending_token[:batch] = torch.tensor([encode(w)[0] for w in ("a", "b")] * (batch // 2))
+        runner.embed_pending(batch)
         runner.positions[:batch] = torch.from_numpy(positions)
         assert runner.group_rows(0, batch) == grouped
         runner.replay_decode(batch, runner.attn_bucket(int(positions.max())), grouped)
-        logits[name] = runner.logits[:batch].clone()
-    torch.testing.assert_close(logits["grouped"], logits["per-row"], rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(logits["per-row"], logits["torch"], rtol=1e-4, atol=1e-4)
+        hidden[name] = runner.hidden[:batch].clone()
+    torch.testing.assert_close(hidden["grouped"], hidden["per-row"], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(hidden["per-row"], hidden["torch"], rtol=1e-4, atol=1e-4)
 
 
 def check_engine_with_shared_prefixes_matches_reference() -> None:

@@ -16,7 +16,10 @@ NOT_FOR_SERVING = ("engine.training", "engine.tools", "app")
 # Documented library names that start with an underscore (os._exit, namedtuple's, the enum's, and
 # sys._current_frames, which engine.tools.stacks samples).
 LIBRARY_PRIVATES = {"_exit", "_asdict", "_replace", "_fields", "_make", "_thread", "_name_", "_value_",
-                    "_current_frames"}
+                    "_current_frames",
+                    # torch's GEMM with a bias + GELU epilogue (cuBLASLt), the only spelling of that op
+                    # (engine.model.layers.linear_gelu); in torch since 1.13, on torch 2.11 and 2.13
+                    "_addmm_activation"}
 
 
 def module_name(path: Path) -> str:

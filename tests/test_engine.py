@@ -183,7 +183,7 @@ def test_identical_image_reuses_cached_prefix(tiny_model64, tokenizer, monkeypat
     engine = Engine(tiny_model64, tokenizer, max_batch=4)
     calls = []
     encode = tiny_model64.encode_images
-    monkeypatch.setattr(tiny_model64, "encode_images", lambda images: calls.extend(images) or encode(images))
+    monkeypatch.setattr(tiny_model64, "encode_images", lambda images, **kw: calls.extend(images) or encode(images, **kw))
     a = engine.submit(IMAGES[2], "point", "star", max_objects=2)
     b = engine.submit(IMAGES[2].copy(), "detect", "blue", max_objects=2)
     engine.run_until_idle()
@@ -197,7 +197,7 @@ def test_crops_made_on_the_device_give_the_reference_results(tiny_model64, token
     engine = Engine(tiny_model64, tokenizer, max_batch=4, device_crops=True)
     seen = []
     encode = tiny_model64.encode_images
-    monkeypatch.setattr(tiny_model64, "encode_images", lambda images: seen.extend(images) or encode(images))
+    monkeypatch.setattr(tiny_model64, "encode_images", lambda images, **kw: seen.extend(images) or encode(images, **kw))
     handles = [engine.submit(IMAGES[i], skill, obj, max_objects=3)
                for i, (skill, obj) in enumerate([("point", "star"), ("detect", "blue"), ("detect", "red circle")])]
     engine.run_until_idle()

@@ -14,7 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("check", ["rope_kv_write", "decode_attention", "residual_layernorm", "decode_step",
+@pytest.mark.parametrize("check", ["rope_kv_write", "decode_attention", "residual_layernorm", "vision_fused_blocks", "fused_sampling",
+                                   "decode_step",
                                    "prompt_attention", "prompt_prefill", "shared_prefix_attention",
                                    "engine_matches_reference", "engine_with_shared_prefixes_matches_reference",
                                    "padded_prompt_prefill_matches_eager", "grouped_decode_step_matches_per_row"])

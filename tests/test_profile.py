@@ -34,11 +34,17 @@ def test_prefill_flops_grow_by_one_crop_at_a_time():
 
 def test_decode_bytes_count_the_weights_once_and_the_kv_per_row():
     from engine.tools.bench import build_model
+    from engine.worker.runner import SampleHeads
 
     model = build_model("tiny", "cpu", "fp32", 0)
     t = model.config.text
-    one, two = profile.decode_bytes(model, 1, 100), profile.decode_bytes(model, 2, 100)
+    full = SampleHeads(True, True, True)
+    one, two = profile.decode_bytes(model, 1, 100, full), profile.decode_bytes(model, 2, 100, full)
     assert two - one == 100 * t.n_layers * 2 * t.dim * 4
+    # a coordinate step reads neither the LM head nor the size decoder
+    coord = profile.decode_bytes(model, 1, 100, SampleHeads(False, True, False))
+    skipped = [model.text.lm_head.weight, model.text.lm_head.bias, *model.region.size_decoder.parameters()]
+    assert one - coord == sum(p.numel() * 4 for p in skipped)
 
 
 def test_without_a_gpu_it_says_so(monkeypatch):

@@ -5,14 +5,7 @@
 #   OUT=DIR bash docs/experiments/fused_proj_calls.sh load      (engine.loadbench, this commit; A/B rows)
 #   OUT=DIR bash docs/experiments/fused_proj_calls.sh graph     (the captured one-image prefill: check, loadbench,
 #                                                                A/B against .wt/mid = this tree without it, and .wt/old)
-set -u
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .wt/whl/*.whl 2>&1 | tail -2
-export PYTHONPATH=/tmp/site
-nvidia-smi --query-gpu=name --format=csv,noheader
-here=$PWD
-new() { (cd "$here" && python3 -m "$@"); }
-old() { (cd "$here/.wt/old" && python3 -m "$@"); }
+source docs/experiments/device_env.sh
 mid() { (cd "$here/.wt/mid" && python3 -m "$@"); }
 case $1 in
   bench)

@@ -16,6 +16,7 @@ import torch
 from engine.kernels.decode import (GROUP_CHOICES, GROUP_MIN_BATCH, available, decode_attention, group_table,
                                    group_table_size, grouping_pays, residual_layernorm, rope_kv_write)
 from engine.kernels.prompt import prompt_attention
+from engine.kernels.sample import choose_spatial, region_bins
 
 KernelChoice = Literal["auto", "triton", "torch"]
 KERNEL_CHOICES: tuple[str, ...] = ("auto", "triton", "torch")
@@ -34,5 +35,6 @@ def use_fused(choice: KernelChoice, t: torch.Tensor, head_dim: int) -> bool:
     return ok
 
 
-__all__ = ["GROUP_CHOICES", "GROUP_MIN_BATCH", "KERNEL_CHOICES", "KernelChoice", "available", "decode_attention",
-           "group_table", "group_table_size", "grouping_pays", "prompt_attention", "residual_layernorm", "rope_kv_write", "use_fused"]
+__all__ = ["GROUP_CHOICES", "GROUP_MIN_BATCH", "KERNEL_CHOICES", "KernelChoice", "available", "choose_spatial",
+           "decode_attention", "group_table", "group_table_size", "grouping_pays", "prompt_attention", "region_bins",
+           "residual_layernorm", "rope_kv_write", "use_fused"]

@@ -12,7 +12,8 @@ replace the hot spots:
   split-K ("flash decoding"): every (row, head, key chunk) is one program, so even batch 1
   fills the GPU; a second kernel merges the chunks in a fixed order, so results are
   bit-for-bit reproducible (was 4 kernels: baddbmm, softmax, cast, bmm).
-* `residual_layernorm`: the parallel block's residual and the next block's LayerNorm (was 3 kernels).
+* `residual_layernorm`: the parallel block's residual and the next block's LayerNorm (was 3 kernels);
+  the vision tower's prefill uses it too, for each block's two residual adds and the LayerNorms after them.
 
 With a layer's projections fused into two GEMMs (`engine.model.text.FusedProjections`), the rotary
 kernel also applies the MLP's GELU (`gelu_out`), the attention merge writes beside it (`out`), and the
@@ -260,15 +261,17 @@ if triton is not None:
 
     @triton.jit
     def _residual_ln_kernel(x_ptr, a_ptr, b_ptr, c_ptr, w_ptr, bias_ptr, x_out_ptr, h_out_ptr, eps,
-                            D: tl.constexpr, BLOCK_D: tl.constexpr, NORM: tl.constexpr):
-        row = tl.program_id(0)
+                            D: tl.constexpr, BLOCK_D: tl.constexpr, BIASES: tl.constexpr, NORM: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
         d = tl.arange(0, BLOCK_D)
         inside = d < D
-        # x + a + b + c (b and c vectors [D]), summed in fp32 and rounded once
+        # x + a (+ b + c, bias vectors [D]), summed in fp32 and rounded once
         x = (tl.load(x_ptr + row * D + d, mask=inside, other=0.0).to(tl.float32)
-             + tl.load(a_ptr + row * D + d, mask=inside, other=0.0).to(tl.float32)
-             + tl.load(b_ptr + d, mask=inside, other=0.0).to(tl.float32)
-             + tl.load(c_ptr + d, mask=inside, other=0.0).to(tl.float32)).to(x_ptr.dtype.element_ty)
+             + tl.load(a_ptr + row * D + d, mask=inside, other=0.0).to(tl.float32))
+        if BIASES:
+            x += (tl.load(b_ptr + d, mask=inside, other=0.0).to(tl.float32)
+                  + tl.load(c_ptr + d, mask=inside, other=0.0).to(tl.float32))
+        x = x.to(x_ptr.dtype.element_ty)
         tl.store(x_out_ptr + row * D + d, x, mask=inside)
         if NORM:
             xf = x.to(tl.float32)
@@ -280,21 +283,22 @@ if triton is not None:
             tl.store(h_out_ptr + row * D + d, (centred * rstd * w + bias).to(h_out_ptr.dtype.element_ty), mask=inside)
 
 
-def residual_layernorm(x: torch.Tensor, a: torch.Tensor, biases: tuple[torch.Tensor, torch.Tensor],
+def residual_layernorm(x: torch.Tensor, a: torch.Tensor, biases: tuple[torch.Tensor, torch.Tensor] | tuple[()],
                        ln: torch.nn.LayerNorm | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The parallel block's residual after one GEMM over both projections (`FusedProjections`):
-    x + a + biases[0] + biases[1], summed in fp32 and rounded once, and, when `ln` is given, the
-    next block's LayerNorm of it, in one pass: (x_new, ln(x_new) or None). x, a [B, D] and the two
-    bias vectors [D], contiguous."""
+    """A residual add and the next LayerNorm in one pass: x + a (+ biases[0] + biases[1]), summed
+    in fp32 and rounded once, and, when `ln` is given, its LayerNorm: (x_new, ln(x_new) or None).
+    x, a [rows, D] and the bias vectors [D], contiguous. The decode step's parallel block passes
+    both projections' biases (one GEMM over both, `FusedProjections`); the vision tower's blocks,
+    whose GEMMs add their bias, pass none."""
     rows, dim = x.shape
-    b1, b2 = biases
     assert x.is_contiguous() and a.is_contiguous() and a.shape == x.shape
-    assert b1.is_contiguous() and b2.is_contiguous() and b1.shape == b2.shape == (dim,)
+    assert len(biases) in (0, 2) and all(b.is_contiguous() and b.shape == (dim,) for b in biases)
+    b1, b2 = biases if biases else (x, x)
     x_new = torch.empty_like(x)
     h = torch.empty_like(x) if ln is not None else x_new
     _residual_ln_kernel[(rows,)](x, a, b1, b2, ln.weight if ln is not None else x, ln.bias if ln is not None else x,
                                  x_new, h, ln.eps if ln is not None else 0.0,
-                                 D=dim, BLOCK_D=triton.next_power_of_2(dim), NORM=ln is not None,
+                                 D=dim, BLOCK_D=triton.next_power_of_2(dim), BIASES=bool(biases), NORM=ln is not None,
                                  num_warps=4 if dim >= 1024 else 1)
     return x_new, h if ln is not None else None
 

@@ -23,6 +23,16 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
     return F.gelu(x, approximate="tanh")
 
 
+def linear_gelu(x: torch.Tensor, fc: nn.Linear) -> torch.Tensor:
+    """gelu(fc(x)) for x [rows, in] on CUDA as one cuBLASLt GEMM whose epilogue adds the bias and
+    applies GELU (the tanh approximation) to the fp32 result before rounding: no second pass over
+    the [rows, out] activation. Elsewhere PyTorch's `_addmm_activation` would apply the exact GELU,
+    so the CPU keeps the two steps."""
+    if not x.is_cuda:
+        return gelu(fc(x))
+    return torch._addmm_activation(fc.bias, x, fc.weight.t(), use_gelu=True)
+
+
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """One query per row as two batched matmuls (q [B, H, 1, hd], k/v [B, H, L, hd] views of the
     cache, bias [B·H, L, 1] additive mask: 0 or -inf). Returns [B, H, 1, hd].

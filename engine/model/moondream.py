@@ -40,15 +40,16 @@ class MoondreamModel(nn.Module):
         return self.text.wte.dtype
 
     @torch.inference_mode()
-    def encode_images(self, images: list[OverlapCrops]) -> torch.Tensor:
+    def encode_images(self, images: list[OverlapCrops], fused: bool = False) -> torch.Tensor:
         """Overlap crops of B images → [B, prefix_len, D] embeddings: BOS followed by the projected
         image. The vision tower runs over the crops of all images together, `VISION_BATCH` crops
         at a time: one image at a time, the kernel launches of 27 small forwards, not the GPU,
-        set the pace of prefill. Stitching and projection are per image (tilings differ)."""
+        set the pace of prefill. Stitching and projection are per image (tilings differ).
+        `fused`: the vision tower's fused blocks (`VisionEncoder.encode_crops`)."""
         crops = normalize_crops(torch.cat([(torch.from_numpy(np.ascontiguousarray(c.crops)) if isinstance(c.crops, np.ndarray)
                                             else c.crops).to(self.device) for c in images]), dtype=self.dtype)
         step = VISION_BATCH.get(self.device.type, VISION_BATCH["cpu"])
-        features = torch.cat([self.vision.encode_crops(crops[i:i + step]) for i in range(0, crops.shape[0], step)])
+        features = torch.cat([self.vision.encode_crops(crops[i:i + step], fused) for i in range(0, crops.shape[0], step)])
         starts = np.cumsum([0] + [c.n_crops for c in images[:-1]]).tolist()
         by_tiling: dict[tuple[int, int], list[int]] = {}
         for n, c in enumerate(images):
@@ -64,11 +65,11 @@ class MoondreamModel(nn.Module):
         bos = self.text.wte[self.config.tokens.bos_id].expand(len(images), 1, -1)
         return torch.cat([bos, projected], dim=1)
 
-    def encode_crops_of_one(self, crops: torch.Tensor, tiling: tuple[int, int]) -> torch.Tensor:
+    def encode_crops_of_one(self, crops: torch.Tensor, tiling: tuple[int, int], fused: bool = False) -> torch.Tensor:
         """`encode_images` of one image whose uint8 crops [1 + th·tw, S, S, 3] are on the device:
         only slices and fixed shapes (no host index lists), so it can be captured in a CUDA graph.
         → [1, prefix_len, D]."""
-        features = self.vision.encode_crops(normalize_crops(crops, dtype=self.dtype))  # [N, patches, dim]
+        features = self.vision.encode_crops(normalize_crops(crops, dtype=self.dtype), fused)  # [N, patches, dim]
         projected = self.vision.project_batch(features[:1], features[1:][None], tiling)  # [1, patches, text dim]
         return torch.cat([self.text.wte[self.config.tokens.bos_id].expand(1, 1, -1), projected], dim=1)
 

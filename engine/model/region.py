@@ -94,12 +94,16 @@ def more_probability(logits: torch.Tensor, coord_id: int, eos_id: int) -> torch.
     return (logits[..., coord_id].float() - logits[..., eos_id].float()).sigmoid()
 
 
+def window_reach(n_bins: int) -> int:
+    """Bins on each side of the greedy one that count as agreeing with it (`BIN_WINDOW`)."""
+    return max(1, round(BIN_WINDOW * n_bins))
+
+
 def window_probability(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """softmax(logits) summed over the bins within ±BIN_WINDOW·N of `index`, in float32.
     [..., k, N] logits, [..., k] index → [..., k]."""
     n_bins = logits.shape[-1]
-    reach = max(1, round(BIN_WINDOW * n_bins))
-    near = (torch.arange(n_bins, device=logits.device) - index[..., None]).abs() <= reach  # [..., k, N]
+    near = (torch.arange(n_bins, device=logits.device) - index[..., None]).abs() <= window_reach(n_bins)  # [..., k, N]
     return (logits.float().softmax(-1) * near).sum(-1)
 
 
@@ -117,11 +121,19 @@ def size_from_bin(bins: torch.Tensor, n_bins: int) -> torch.Tensor:
     computing it over a batch made a request's sizes depend on which other requests shared
     the step; a table of the n_bins values (computed once, in float64) is exact and batch-free.
     """
-    key = (n_bins, bins.device)
+    return value_table("size", n_bins, bins.device)[bins]
+
+
+def value_table(kind: str, n_bins: int, device: torch.device) -> torch.Tensor:
+    """Every bin's value as float32 [n_bins], exactly as `coord_from_bin` / `size_from_bin` give
+    it ("coord" or "size"); the fused sampling kernel looks values up here."""
+    if kind == "coord":
+        return coord_from_bin(torch.arange(n_bins, device=device), n_bins)
+    key = (n_bins, torch.device(device))
     if key not in _SIZE_TABLES:
         exponent = torch.arange(n_bins, dtype=torch.float64) / (n_bins - 1) * 10.0 - 10.0
-        _SIZE_TABLES[key] = torch.exp2(exponent).float().to(bins.device)
-    return _SIZE_TABLES[key][bins]
+        _SIZE_TABLES[key] = torch.exp2(exponent).float().to(device)
+    return _SIZE_TABLES[key]
 
 
 def coord_to_bin(value: torch.Tensor, n_bins: int) -> torch.Tensor:

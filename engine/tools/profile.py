@@ -11,7 +11,7 @@ Wall time per run is measured between device-wide synchronisations, apart from t
 
 * prefill of N new images of `--size` (their overlap crops prepared on the host first): the vision
   tower over every crop, stitching and projection, and the 730-position text prefix, as
-  `ModelRunner.launch_prefill` runs them (`encode_images` + `prefill_prefix`); ms per image, and
+  `ModelRunner.launch_prefill` runs them (`encode_images` + `prefill_prefix`, eagerly); ms per image, and
   the effective TFLOP/s from the model's arithmetic (matrix multiplies and attention, counted from
   the config; elementwise work not counted).
 * the engine's decode step at batch B, distinct images, positions just past a 10-object detect
@@ -40,6 +40,7 @@ from engine.serving.engine import Engine
 from engine.serving.skills import prompt_ids
 from engine.tools.bench import build_model
 from engine.training.vocab import stand_in_tokenizer
+from engine.worker.runner import SampleHeads
 
 # Kernel name fragments → category, first match wins (lower-case).
 CATEGORIES = (
@@ -74,12 +75,15 @@ def prefill_flops(cfg: MoondreamConfig, n_crops: int) -> float:
     return n_crops * (patches * vision_token + vision_attn) + projection + n * text_token + text_attn
 
 
-def decode_bytes(model, batch: int, position: int) -> float:
-    """Bytes a decode step must read: the text model's weights and heads once (the token
-    embedding table excluded: one row is read), plus every row's K/V up to `position`."""
-    skip = {id(model.text.wte)}
-    params = [p for name, p in model.text.named_parameters() if id(p) not in skip]
-    params += list(model.region.parameters())
+def decode_bytes(model, batch: int, position: int, heads: SampleHeads) -> float:
+    """Bytes a decode step and its sampling must read: the text model's weights once (the token
+    embedding table excluded: one row is read; the LM head only when `heads.full`), the region
+    encoders and the decoders `heads` names, plus every row's K/V up to `position`."""
+    region = model.region
+    skip = {id(model.text.wte)} | ({id(p) for p in model.text.lm_head.parameters()} if not heads.full else set())
+    skip |= {id(p) for p in region.coord_decoder.parameters()} if not heads.coord else set()
+    skip |= {id(p) for p in region.size_decoder.parameters()} if not heads.size else set()
+    params = [p for p in [*model.text.parameters(), *region.parameters()] if id(p) not in skip]
     weights = sum(p.numel() * p.element_size() for p in params)
     t = model.config.text
     kv = batch * position * t.n_layers * 2 * t.dim * model.text.wte.element_size()
@@ -157,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = torch.arange(n, device="cuda")
 
         def prefill():
-            model.text.prefill_prefix(model.encode_images(crops), cache, rows)
+            model.text.prefill_prefix(model.encode_images(crops, engine.runner.fused_vision), cache, rows)
 
         ms, cats, top = profiled(prefill, args.runs)
         flops = sum(prefill_flops(cfg, c.n_crops) for c in crops)
@@ -188,12 +192,14 @@ def main(argv: list[str] | None = None) -> int:
         attn = runner.attn_bucket(position)
         runner.set_positions(rows, position)  # the engine uploads its own positions at its next step
 
+        heads = SampleHeads(full=False, coord=True, size=False)  # a detect step that decodes a coordinate
+
         def step():
             runner.replay_decode(rows, attn, grouped)
-            runner.replay_sample(0, rows)
+            runner.replay_sample(0, rows, heads)
 
         ms, cats, top = profiled(step, 20 * args.runs)
-        nbytes = decode_bytes(model, batch, position)
+        nbytes = decode_bytes(model, batch, position, heads)
         floor = nbytes / (args.peak_tbs * 1e12) * 1e3
         print_breakdown(f"decode step, batch {batch} (distinct images, {'grouped' if grouped else 'per-row'} prefix "
                         f"reads), position {position}", ms, cats, top, floor,

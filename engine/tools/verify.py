@@ -12,8 +12,9 @@ another order), so a near-tie between two coordinate bins can go either way: the
 agree — the same number of objects, every coordinate within 0.01 of the image side and every score
 within 0.05 (`--coord-tol`, `--score-tol`), each object paired with its nearest (a rounding difference
 may swap two objects' order) — and the line says "identical" or "agrees" with the largest differences. Separately, each request runs alone through the engine in blocking
-mode, and its logits at the first `--steps` "another object?" decisions are compared with the
-reference's: the largest absolute difference is printed (0 on the CPU in fp32; bf16 on a GPU with
+mode, and its logits of the point/detect tokens (coord, size, EOS: all its sampling computes for
+such rows) at the first `--steps` "another object?" decisions are compared with the reference's
+full-vocabulary logits there: the largest absolute difference is printed (0 on the CPU in fp32; bf16 on a GPU with
 the fused kernels differs by rounding). Exit status 0 when every output is identical or agrees,
 1 when one differs, 2 when the model cannot be loaded.
 """
@@ -82,14 +83,15 @@ def compare(reference: dict, engine: dict, coord_tol: float, score_tol: float) -
 
 
 def engine_decision_logits(engine: Engine, picture, case: Case, max_objects: int, steps: int) -> list[torch.Tensor]:
-    """The logits the engine's runner computes at each "another object?" decision of one request,
-    run alone in blocking mode: the prefill, then every 2 (point) or 3 (detect) decode steps."""
+    """The logits the engine's runner computes at each "another object?" decision of one request
+    (those of its `spatial_ids`), run alone in blocking mode: the prefill, then every 2 (point) or
+    3 (detect) decode steps."""
     handle = engine.submit(picture, case.skill, case.obj, max_objects=max_objects)
     per_object = 3 if case.skill == "detect" else 2
     found, launched = [], 0
     while not handle.future.done() and engine.step():
         if launched % per_object == 0 and len(found) < steps:
-            found.append(engine.runner.logits[0].float().cpu().clone())
+            found.append(engine.runner.spatial_logits[0].float().cpu().clone())
         launched += 1
     handle.result()
     return found
@@ -127,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     blocking = Engine(model, tokenizer, max_batch=1, max_objects=args.max_objects, pipelined=False)
     for case in cases:
         got = engine_decision_logits(blocking, pictures[case.image], case, args.max_objects, args.steps)
-        pairs = list(zip(case.ref_logits, got))
+        pairs = list(zip((t[blocking.runner.spatial_ids] for t in case.ref_logits), got))
         case.decisions = len(pairs)
         case.logit_diff = max((float((a - b).abs().max()) for a, b in pairs), default=0.0)
 

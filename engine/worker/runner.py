@@ -1,14 +1,20 @@
 """`ModelRunner`: every device buffer, the two streams, and the three device-side verbs.
 
     launch_prefill / launch_decode   enqueue a forward on the compute stream
-    finalize                         upload grammar state ids (copy stream) → mask, sample,
-                                     decode region values (compute) → results to host (copy)
+    finalize                         upload grammar state ids (copy stream) → logits, mask,
+                                     sample, decode region values (compute) → results to host (copy)
     read_results                     host side of commit: wait for the copy, read, poison
 
 Decode batches are KV rows 0..B-1 (B a bucket); rows not in the step are padding whose
 writes land on the scratch position `max_len - 1` and whose samples are discarded. The
 per-row inputs of the next forward — sampled token and decoded coordinate/size — stay on
-the device (`pending_*`): nothing goes through the CPU between two forwards.
+the device (`pending_*`, and the next forward's input embeddings made from them at sampling,
+`embeds`): nothing goes through the CPU between two forwards.
+
+Forwards leave the last hidden state per row; sampling turns it into logits. Finalize knows the
+rows' grammar states, so it computes only what they can use (`SampleHeads`): when every active
+row is a point/detect row, whose grammars emit only coord, size and EOS, the logits of those
+three tokens instead of the whole vocabulary, and only the region decoders a row may need.
 
 The engine drives it through the `engine.worker.protocol.Runner` protocol; slots are named
 by index (0 or 1, as `PipelineState` hands them out).
@@ -16,15 +22,17 @@ by index (0 or 1, as `PipelineState` hands them out).
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from engine.kernels import GROUP_MIN_BATCH, KernelChoice, group_table, group_table_size, grouping_pays, use_fused
+from engine.kernels import (GROUP_MIN_BATCH, KernelChoice, choose_spatial, group_table, group_table_size, grouping_pays,
+                            region_bins, use_fused)
 from engine.model.image import OverlapCrops, overlap_crops_tensor
 from engine.model.moondream import MoondreamModel
-from engine.model.region import more_probability
+from engine.model.region import more_probability, value_table, window_reach
 from engine.worker.slots import DecodeSlot, StepResults
 from engine.worker.streams import Streams
 from engine.model.text import KVCache, SharedPrefix
@@ -46,6 +54,25 @@ class PrefillItem:
                                              # None: `slot` already holds the image prefix
     slot: int                                # the shared-prefix slot the row reads its image prefix from
     prompt: list[int]
+
+
+@dataclass(frozen=True)
+class SampleHeads:
+    """What one step's sampling computes, chosen at finalize from the active rows' grammar states.
+
+    full: logits over the whole vocabulary (some row may emit a token other than coord, size or
+    EOS); else only those three. coord / size: the region decoder whose value some row may take
+    (its state allows that token). Every variant writes the three tokens' logits with the same
+    small GEMM, so a point/detect row's choice and scores do not depend on what shares its batch."""
+
+    full: bool
+    coord: bool
+    size: bool
+
+    @classmethod
+    def variants(cls) -> list[SampleHeads]:
+        """Every variant `finalize` uses: the full vocabulary takes both decoders."""
+        return [cls(True, True, True)] + [cls(False, c, s) for c in (True, False) for s in (True, False)]
 
 
 class ModelRunner:
@@ -77,21 +104,39 @@ class ModelRunner:
         self.row_prefix = self.prefix if fused else None
         if fused:  # the fused decode step's two GEMMs a layer (FusedProjections), before any capture
             model.text.fuse_projections()
+        self.fused_vision = fused  # the vision tower's fused blocks (VisionEncoder.encode_crops)
+        self.fused_sampling = fused  # point/detect steps sample with engine.kernels.sample
         grouping_pays(0, GROUP_MIN_BATCH, group_prefix)  # a bad choice fails here, not at the first step
         self.group_prefix = group_prefix  # when a decode step reads the prefix once per group of rows
         self.group_host = [self.streams.pinned(group_table_size(max_batch), dtype=torch.long) for _ in range(2)]
         self.pending_token = torch.zeros(max_batch, dtype=torch.long, device=dev)
         self.pending_coord = torch.zeros(max_batch, 1, dtype=torch.float32, device=dev)
         self.pending_size = torch.zeros(max_batch, 2, dtype=torch.float32, device=dev)
+        self.embeds = torch.zeros(max_batch, d, dtype=dt, device=dev)  # the next decode forward's inputs
         self.positions = torch.full((max_batch,), self.scratch_pos, dtype=torch.long, device=dev)
         self.hidden = torch.zeros(max_batch, d, dtype=dt, device=dev)
-        self.logits = torch.zeros(max_batch, v, dtype=dt, device=dev)
+        self.logits = torch.zeros(max_batch, v, dtype=dt, device=dev)  # written by full-vocabulary sampling only
         self.allowed = torch.ones(mask_capacity, v, dtype=torch.bool, device=dev)
+        # The point/detect tokens (ascending, as the full argmax breaks ties), their rows of the
+        # LM head, their logits at the last sampling, and per mask row: their columns of `allowed`
+        # on the device; on the host whether the row allows a token outside them, coord, size.
+        tok = cfg.tokens
+        self.spatial_ids = sorted({tok.coord_id, tok.size_id, tok.eos_id})
+        self.spatial_index = torch.tensor(self.spatial_ids, device=dev)
+        head = model.text.lm_head
+        self.spatial_weight = head.weight.detach()[self.spatial_ids].clone()  # [3, D]
+        self.spatial_bias = head.bias.detach()[self.spatial_ids].clone()
+        self.spatial_logits = torch.zeros(max_batch, len(self.spatial_ids), dtype=dt, device=dev)
+        self.spatial_cols = (self.spatial_ids.index(tok.coord_id), self.spatial_ids.index(tok.eos_id))
+        r = cfg.region
+        self.bin_values = {kind: value_table(kind, n, dev) for kind, n in (("coord", r.coord_bins), ("size", r.size_bins))}
+        self.allowed_spatial = torch.ones(mask_capacity, len(self.spatial_ids), dtype=torch.bool, device=dev)
+        self.mask_needs = np.ones((mask_capacity, 3), dtype=np.bool_)  # [row, (outside, coord, size)]
+        self.heads_log: list[SampleHeads] | None = None  # benchmarks: a list records every finalize's SampleHeads
         # Inputs and outputs of the captured prompt prefill (_prompt_prefill): token ids, positions,
-        # row and last-token index per item, padded; the last token's hidden state and logits.
+        # row and last-token index per item, padded; the last token's hidden state.
         self.prompt_in = torch.zeros(4, max_batch, PROMPT_LENGTHS[-1], dtype=torch.long, device=dev)
         self.prompt_hidden = torch.zeros(max_batch, d, dtype=dt, device=dev)
-        self.prompt_logits = torch.zeros(max_batch, v, dtype=dt, device=dev)
         self.static_prompts = self.use_graphs  # padded prompt prefill; captured only with graphs
         self.mask_rows_uploaded = 0
         self.slots = [DecodeSlot(i, max_batch, self.streams, dev) for i in range(2)]
@@ -115,8 +160,14 @@ class ModelRunner:
             self.mask_rows_uploaded = min(self.mask_rows_uploaded, start)
         if num_rows > self.mask_rows_uploaded:
             lo = self.mask_rows_uploaded
+            rows = table[lo:num_rows]
+            outside = rows.copy()
+            outside[:, self.spatial_ids] = False
+            tok = self.cfg.tokens
+            self.mask_needs[lo:num_rows] = np.stack([outside.any(1), rows[:, tok.coord_id], rows[:, tok.size_id]], 1)
             with self.streams.on_compute():
-                self.allowed[lo:num_rows].copy_(self.streams.upload(torch.from_numpy(table[lo:num_rows]), self.device))
+                self.allowed[lo:num_rows].copy_(self.streams.upload(torch.from_numpy(rows), self.device))
+                self.allowed_spatial[lo:num_rows] = self.allowed[lo:num_rows][:, self.spatial_index]
             self.mask_rows_uploaded = num_rows
 
     # ---- forwards -----------------------------------------------------------------------
@@ -135,7 +186,7 @@ class ModelRunner:
             if len(encode) == 1 and self.use_graphs:  # one new image: the latency case, as one graph
                 self._image_prefill(self._crops_here(encode[0].crops), ids[2 * n:])
             elif encode:
-                crops = model.encode_images([self._crops_here(item.crops) for item in encode])
+                crops = model.encode_images([self._crops_here(item.crops) for item in encode], fused=self.fused_vision)
                 text.prefill_prefix(crops, self.prefix.as_cache(), ids[2 * n:])
             if self.row_prefix is None:  # the PyTorch path: each row its own copy of its slot
                 plen = self.prefix.length
@@ -159,7 +210,7 @@ class ModelRunner:
         slot_in.copy_(slot)
 
         def body() -> None:
-            embeds = self.model.encode_crops_of_one(pixels, crops.tiling)
+            embeds = self.model.encode_crops_of_one(pixels, crops.tiling, fused=self.fused_vision)
             self.model.text.prefill_prefix(embeds, self.prefix.as_cache(), slot_in)
 
         self._captured(key, body).replay()
@@ -179,7 +230,7 @@ class ModelRunner:
 
     def _prompt_prefill(self, items: list[PrefillItem]) -> None:
         """Every item's prompt after its image prefix, in one batched forward; the last prompt
-        token's hidden state and logits land in the items' rows of `hidden` / `logits`.
+        token's hidden state lands in the items' rows of `hidden`.
 
         On CUDA the forward is a graph replay per (batch bucket, length bucket): the prompts are
         padded with tokens at the scratch position, and the batch with whole padding items. Its
@@ -199,7 +250,6 @@ class ModelRunner:
                                   prefix=self.row_prefix)
             h = hidden[torch.arange(n, device=dev), last]
             self.hidden[rows] = h
-            self.logits[rows] = text.logits(h)
             return
         batch = self.batch_bucket(n)
         host = self.streams.pinned(4, batch, length, dtype=torch.long)  # ids, positions, row, last index
@@ -217,31 +267,50 @@ class ModelRunner:
         else:  # the same padded forward, eagerly (tests run it on the CPU)
             self._prompt_forward(batch, length)
         self.hidden[rows] = self.prompt_hidden[:n]
-        self.logits[rows] = self.prompt_logits[:n]
 
     def _prompt_forward(self, batch: int, length: int) -> None:
-        """The graph body of a prompt prefill: `prompt_in` rows 0..batch-1 → `prompt_hidden/logits`."""
+        """The graph body of a prompt prefill: `prompt_in` rows 0..batch-1 → `prompt_hidden`."""
         text, plen = self.model.text, self.cfg.prefix_len
         ids, pos = self.prompt_in[0, :batch, :length], self.prompt_in[1, :batch, :length]
         rows, last = self.prompt_in[2, :batch, 0], self.prompt_in[3, :batch, 0]
         hidden = text.prefill_at(self.model.embed_ids(ids), self.kv, rows, pos, plen + length,
                                  self.kernels, prefix=self.row_prefix)  # [batch, length, D]
-        h = hidden[torch.arange(batch, device=self.device), last]  # [batch, D]
-        self.prompt_hidden[:batch] = h
-        self.prompt_logits[:batch] = text.logits(h)
+        self.prompt_hidden[:batch] = hidden[torch.arange(batch, device=self.device), last]  # [batch, D]
 
     def _decode_forward(self, batch: int, attn_len: int, grouped: bool) -> None:
-        """The graph body: pending inputs of rows 0..B-1 → hidden and logits."""
+        """The graph body: input embeddings of rows 0..B-1 (`embeds`, made at sampling) → their last
+        hidden state."""
+        model = self.model
+        self.hidden[:batch] = model.text.decode(self.embeds[:batch], self.kv, self.positions[:batch], attn_len,
+                                                self.kernels, prefix=self.row_prefix, grouped=grouped)
+
+    @torch.inference_mode()
+    def embed_pending(self, batch: int) -> None:
+        """Tests and benchmarks that set `pending_*` by hand: `embeds` of rows 0..batch-1 from them."""
+        with self.streams.on_compute():
+            self._embed_pending(batch, SampleHeads(True, True, True))
+
+    def _embed_pending(self, batch: int, heads: SampleHeads, active: torch.Tensor | None = None) -> None:
+        """`embeds` of rows 0..batch-1 from their pending token and region values: the token's
+        embedding, or the region encoder's of a coord / size value. `heads` says which kinds a row
+        can hold (the sampling variant that chose them): a point/detect step encodes only the values
+        it decoded, and no token embedding (the only other token, EOS, ends the request). With
+        `active` ([B] long) inactive rows keep theirs."""
         model, tok = self.model, self.cfg.tokens
         token = self.pending_token[:batch]
-        embeds = torch.where(
-            (token == tok.coord_id)[:, None], model.region.encode_coord(self.pending_coord[:batch]),
-            torch.where((token == tok.size_id)[:, None], model.region.encode_size(self.pending_size[:batch]),
-                        model.embed_ids(token)))
-        hidden = model.text.decode(embeds.to(model.dtype), self.kv, self.positions[:batch], attn_len, self.kernels,
-                                   prefix=self.row_prefix, grouped=grouped)
-        self.hidden[:batch] = hidden
-        self.logits[:batch] = model.text.logits(hidden)
+        coord = model.region.encode_coord(self.pending_coord[:batch]) if heads.coord else None
+        size = model.region.encode_size(self.pending_size[:batch]) if heads.size else None
+        if heads.full:
+            embeds = torch.where((token == tok.coord_id)[:, None], coord,
+                                 torch.where((token == tok.size_id)[:, None], size, model.embed_ids(token)))
+        elif coord is not None and size is not None:
+            embeds = torch.where((token == tok.coord_id)[:, None], coord, size)
+        elif coord is not None or size is not None:
+            embeds = coord if coord is not None else size
+        else:
+            return  # every active row chose EOS
+        embeds = embeds.to(model.dtype)
+        self.embeds[:batch] = embeds if active is None else torch.where(active.bool()[:, None], embeds, self.embeds[:batch])
 
     @torch.inference_mode()
     def launch_decode(self, slot: int, batch: int, positions: np.ndarray, attn_len: int) -> None:
@@ -280,14 +349,14 @@ class ModelRunner:
                 self._decode_forward(batch, attn_len, grouped)
 
     @torch.inference_mode()
-    def replay_sample(self, slot: int, batch: int) -> None:
-        """Masked sampling and region decoding of rows 0..batch-1 into `slot` (graph on CUDA)."""
+    def replay_sample(self, slot: int, batch: int, heads: SampleHeads) -> None:
+        """Logits, masked sampling and region decoding of rows 0..batch-1 into `slot` (graph on CUDA)."""
         s = self.slots[slot]
         with self.streams.on_compute():
             if self.use_graphs:
-                self._captured(("sample", slot, batch), lambda: self._sample(s, batch)).replay()
+                self._captured(("sample", slot, batch, heads), lambda: self._sample(s, batch, heads)).replay()
             else:
-                self._sample(s, batch)
+                self._sample(s, batch, heads)
 
     @torch.inference_mode()
     def set_positions(self, batch: int, position: int | None = None, advance: int = 0) -> None:
@@ -306,14 +375,22 @@ class ModelRunner:
 
         The warm-up runs are idempotent (same inputs, same writes), so capturing lazily in the
         middle of serving is safe; `capture_all` does it up front so no request waits for it.
+        Python's cyclic collector is held off while a graph is captured: a collection there can free
+        a dead engine's graphs, and destroying a graph during a capture invalidates the capture.
         """
         if key not in self.graphs:
             self.streams.compute.synchronize()
             for _ in range(2):
                 body()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._graph_pool, stream=self.streams.compute):
-                body()
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                with torch.cuda.graph(graph, pool=self._graph_pool, stream=self.streams.compute):
+                    body()
+            finally:
+                if collecting:
+                    gc.enable()
             self._graph_pool = graph.pool()
             self.graphs[key] = graph
         return self.graphs[key]
@@ -333,7 +410,8 @@ class ModelRunner:
                     for grouped in groupings:
                         self._graph(b, n, grouped)
                 for slot in self.slots:
-                    self._captured(("sample", slot.index, b), lambda: self._sample(slot, b))
+                    for heads in SampleHeads.variants():
+                        self._captured(("sample", slot.index, b, heads), lambda: self._sample(slot, b, heads))
             # Prompt prefills captured on padding only: every token writes the scratch position of row 0.
             self.prompt_in.zero_()
             self.prompt_in[1].fill_(self.scratch_pos)
@@ -346,11 +424,14 @@ class ModelRunner:
     # ---- sampling -----------------------------------------------------------------------
     @torch.inference_mode()
     def finalize(self, slot_index: int, batch: int, state_ids: np.ndarray, active: np.ndarray) -> None:
-        """Apply grammar masks to the step's logits, sample greedily, decode region values.
+        """The step's logits under the grammar masks, greedy tokens, region values.
 
         state_ids/active: [batch] (global mask-table row per row; padding/zombie rows use 0,
         the unconstrained row, and active=0 so their pending inputs are left untouched).
         """
+        heads = self.sample_heads(state_ids[:batch][active[:batch] != 0])
+        if self.heads_log is not None:
+            self.heads_log.append(heads)
         slot = self.slots[slot_index]
         slot.claim_for_results()
         slot.meta[0, :batch] = torch.from_numpy(state_ids)
@@ -362,7 +443,7 @@ class ModelRunner:
             slot.mask_ready.record()
         with self.streams.on_compute():
             slot.mask_ready.wait()
-            self.replay_sample(slot_index, batch)
+            self.replay_sample(slot_index, batch, heads)
             slot.sampled.record()
         with self.streams.on_copy():
             slot.sampled.wait()
@@ -372,24 +453,63 @@ class ModelRunner:
             slot.probs[:batch].copy_(slot.probs_dev[:batch], non_blocking=True)
             slot.copied.record()
 
-    def _sample(self, slot: DecodeSlot, batch: int) -> None:
-        """The graph body of finalize: masked greedy token, region values, their probabilities
-        (the scores' factors), pending inputs."""
-        model = self.model
-        states, act = slot.meta_dev[0, :batch], slot.meta_dev[1, :batch].bool()
-        logits = self.logits[:batch].masked_fill(~self.allowed.index_select(0, states), float("-inf"))  # a row gather, not an index kernel
-        token = logits.argmax(-1)
+    def sample_heads(self, states: np.ndarray) -> SampleHeads:
+        """What sampling must compute for active rows in grammar states (mask rows) `states`."""
+        outside, coord, size = self.mask_needs[states].any(0) if states.size else (False, False, False)
+        return SampleHeads(True, True, True) if outside else SampleHeads(False, bool(coord), bool(size))
+
+    def _sample(self, slot: DecodeSlot, batch: int, heads: SampleHeads) -> None:
+        """The graph body of finalize: logits, masked greedy token, region values, their
+        probabilities (the scores' factors), pending inputs and the next forward's embeddings
+        (`_embed_pending`). A region decoder `heads` leaves out
+        writes NaN values and probabilities: no active row can take them at this step. Steps of
+        point/detect rows run the fused sampling kernels where the fused kernels run."""
+        model, tok = self.model, self.cfg.tokens
+        states, active = slot.meta_dev[0, :batch], slot.meta_dev[1, :batch]
         hidden = self.hidden[:batch]
-        coord, size, p_region = model.region.decode_region_p(hidden)  # [B, 1], [B, 2], [B, 3]
-        tok = self.cfg.tokens
-        slot.probs_dev[:batch] = torch.cat([more_probability(self.logits[:batch], tok.coord_id, tok.eos_id)[:, None],
-                                            p_region], -1)
+        h = model.text.post_ln(hidden)
+        spatial = torch.addmm(self.spatial_bias, h, self.spatial_weight.t(), out=self.spatial_logits[:batch])  # [B, 3]
+        if self.fused_sampling and not heads.full:
+            self._sample_fused(slot, batch, heads, spatial)
+            return
+        act = active.bool()
+        if heads.full:
+            logits = model.text.lm_head(h)  # [B, V]
+            logits[:, self.spatial_index] = spatial
+            self.logits[:batch] = logits
+            token = logits.masked_fill(~self.allowed.index_select(0, states), float("-inf")).argmax(-1)  # a row gather, not an index kernel
+        else:
+            allowed = self.allowed_spatial.index_select(0, states)
+            token = self.spatial_index[spatial.masked_fill(~allowed, float("-inf")).argmax(-1)]
+        more = more_probability(spatial, *self.spatial_cols)
+        nan = torch.full((batch, 3), float("nan"), dtype=torch.float32, device=hidden.device)
+        coord, p_coord = model.region.decode_coord_p(hidden) if heads.coord else (nan[:, :1], nan[:, :1])  # [B, 1] each
+        size, p_size = model.region.decode_size_p(hidden) if heads.size else (nan[:, 1:], nan[:, 1:])  # [B, 2] each
+        slot.probs_dev[:batch] = torch.cat([more[:, None], p_coord, p_size], -1)
         self.pending_token[:batch] = torch.where(act, token, self.pending_token[:batch])
-        self.pending_coord[:batch] = torch.where(act[:, None], coord, self.pending_coord[:batch])
-        self.pending_size[:batch] = torch.where(act[:, None], size, self.pending_size[:batch])
+        if heads.coord:
+            self.pending_coord[:batch] = torch.where(act[:, None], coord, self.pending_coord[:batch])
+        if heads.size:
+            self.pending_size[:batch] = torch.where(act[:, None], size, self.pending_size[:batch])
         slot.tokens_dev[:batch] = token
         slot.coords_dev[:batch] = coord[:, 0]
         slot.sizes_dev[:batch] = size
+        self._embed_pending(batch, heads, active)
+
+    def _sample_fused(self, slot: DecodeSlot, batch: int, heads: SampleHeads, spatial: torch.Tensor) -> None:
+        """`_sample` of point/detect rows in three kernels besides the region decoders' GEMMs."""
+        region, cfg = self.model.region, self.cfg.region
+        states, active, probs = slot.meta_dev[0, :batch], slot.meta_dev[1, :batch], slot.probs_dev[:batch]
+        choose_spatial(spatial, self.allowed_spatial, states, active, self.spatial_index, *self.spatial_cols,
+                       self.pending_token[:batch], slot.tokens_dev[:batch], probs, slot.coords_dev[:batch],
+                       slot.sizes_dev[:batch])
+        if heads.coord:
+            region_bins(region.coord_logits(self.hidden[:batch])[:, None], active, window_reach(cfg.coord_bins),
+                        self.bin_values["coord"], self.pending_coord[:batch], slot.coords_dev[:batch], probs, 1)
+        if heads.size:
+            region_bins(region.size_logits(self.hidden[:batch]), active, window_reach(cfg.size_bins),
+                        self.bin_values["size"], self.pending_size[:batch], slot.sizes_dev[:batch], probs, 2)
+        self._embed_pending(batch, heads, active)
 
     def read_results(self, slot: int, batch: int, rows: list[int]) -> StepResults:
         return self.slots[slot].read_results(batch, rows)
