@@ -73,3 +73,12 @@ if [ "$1" = sampling ]; then
   grep -E "^(prefill|decode)" $R/profile-new.txt
   pack
 fi
+# (cudnn) may the vision tower's attention use cuDNN's kernel: the check, then detect unique rows A/B
+# against the commit before (.wt/old: the same tree with flash attention in the vision tower)
+if [ "$1" = cudnn ]; then
+  python3 docs/experiments/cudnn_vision_check.py > $OUT/cudnn-check.txt 2>&1; rc=$?
+  tail -12 $OUT/cudnn-check.txt; [ $rc = 0 ] || exit 1
+  for v in new old new old; do
+    $v engine.loadbench --device cuda --tasks detect --modes unique --conc 1,64 --json $OUT/cudnn-ab-$v-$SECONDS.json 2>&1 | grep -E "^(detect|prefill)" | head -3
+  done
+fi

@@ -13,8 +13,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 _DETERMINISTIC_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    with sdpa_kernel(_DETERMINISTIC_SDPA):
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, *,
+              cudnn: bool = False) -> torch.Tensor:
+    """SDPA on the reproducible backends; `cudnn`: cuDNN's kernel first, where a caller has checked
+    that it is reproducible at its shapes (the vision tower, `engine.model.vision.VISION_CUDNN`)."""
+    with sdpa_kernel(([SDPBackend.CUDNN_ATTENTION] if cudnn else []) + _DETERMINISTIC_SDPA):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 

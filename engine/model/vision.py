@@ -11,6 +11,12 @@ from engine.model.image import patchify, pool_to_grid, reconstruct_from_crops
 from engine.model.layers import MLP, QKVAttentionWeights, attention, linear_gelu
 
 
+# The fused vision blocks' attention (head dim 72, no mask) on cuDNN's kernel, ~1.6× flash's, which
+# pads the head to 96: checked bit-reproducible run to run and batch-free on an H200
+# (docs/experiments/cudnn_vision_check.py, README "Choices where the official format is ambiguous").
+VISION_CUDNN = True
+
+
 class VisionBlock(nn.Module):
     def __init__(self, dim: int, n_heads: int, ff_dim: int, **factory) -> None:
         super().__init__()
@@ -37,7 +43,7 @@ class VisionBlock(nn.Module):
         rows, d = x.shape
         hd = d // self.n_heads
         q, k, v = self.attn.qkv(h).view(crops, rows // crops, 3, self.n_heads, hd).permute(2, 0, 3, 1, 4)
-        a = attention(q, k, v).transpose(1, 2).reshape(rows, d)
+        a = attention(q, k, v, cudnn=VISION_CUDNN).transpose(1, 2).reshape(rows, d)
         x, h = _kernels.residual_layernorm(x, self.attn.proj(a), (), self.ln2)
         return _kernels.residual_layernorm(x, self.mlp.fc2(linear_gelu(h, self.mlp.fc1)), (), following)
 
