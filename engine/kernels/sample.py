@@ -3,8 +3,8 @@ PyTorch path with the same semantics, used on the CPU, for full-vocabulary steps
 
 Why: at batch 1 a decode step's sampling is ~33 tiny kernels (masked argmax over the three
 point/detect tokens, p(coord vs EOS), a region decoder's argmax, value and window probability, the
-pending inputs and the results' buffers), each a few microseconds of fixed cost in the CUDA graph:
-about 2 ms of a 10-object detect at concurrency 1. Two kernels do that work here:
+pending inputs and the results' buffers), each a few microseconds of fixed cost in the CUDA graph
+(README, "Session 41"). Two kernels do that work here:
 
 * `choose_spatial`: per row, the greedy token among coord/size/EOS under the row's grammar mask,
   p(coord vs EOS), the pending token; the row's region values and their probabilities are set to NaN

@@ -11,9 +11,9 @@ from engine.model.image import patchify, pool_to_grid, reconstruct_from_crops
 from engine.model.layers import MLP, QKVAttentionWeights, attention, linear_gelu
 
 
-# The fused vision blocks' attention (head dim 72, no mask) on cuDNN's kernel, ~1.6× flash's, which
-# pads the head to 96: checked bit-reproducible run to run and batch-free on an H200
-# (docs/experiments/cudnn_vision_check.py, README "Choices where the official format is ambiguous").
+# The fused vision blocks' attention (head dim 72, no mask) on cuDNN's kernel, which does not pad the
+# head to 96 as flash does: checked bit-reproducible run to run and batch-free on an H200
+# (docs/experiments/cudnn_vision_check.py; README "Choices where the official format is ambiguous").
 VISION_CUDNN = True
 
 
