@@ -161,7 +161,8 @@ def check_fused_sampling() -> None:
     values, probabilities, pending inputs and next input embeddings."""
     from engine.model.checkpoint import init_random_
     from engine.model.moondream import MoondreamModel
-    from engine.worker.runner import ModelRunner, SampleHeads
+    from engine.worker.runner import ModelRunner
+    from engine.worker.sampling import SampleHeads
 
     torch.set_num_threads(1)
     model = MoondreamModel(TINY, device="cpu", dtype=torch.float32)
@@ -179,12 +180,13 @@ def check_fused_sampling() -> None:
     runners = {}
     for name in ("torch", "triton"):
         runner = ModelRunner(model, max_batch=8, max_len=TINY.prefix_len + 64, mask_capacity=8, kernels=name)
-        assert runner.fused_sampling == (name == "triton")
+        sampler = runner.sampler
+        assert sampler.fused == (name == "triton")
         runner.upload_mask_rows(table, 5)
         runner.hidden[:batch] = hidden
-        runner.pending_token[:batch] = 7
-        runner.pending_coord[:batch] = 0.25
-        runner.pending_size[:batch] = 0.5
+        sampler.pending_token[:batch] = 7
+        sampler.pending_coord[:batch] = 0.25
+        sampler.pending_size[:batch] = 0.5
         slot = runner.slots[0]
         slot.meta_dev[0, :batch], slot.meta_dev[1, :batch] = states, active
         runners[name] = runner
@@ -194,8 +196,8 @@ def check_fused_sampling() -> None:
             slot = runner.slots[0]
             runner.replay_sample(0, batch, heads)
             out[name] = [t[:batch].clone() for t in (slot.tokens_dev, slot.coords_dev, slot.sizes_dev, slot.probs_dev,
-                                                      runner.pending_token, runner.pending_coord, runner.pending_size,
-                                                      runner.embeds)]
+                                                      runner.sampler.pending_token, runner.sampler.pending_coord,
+                                                      runner.sampler.pending_size, runner.sampler.embeds)]
         for want, got in zip(out["torch"], out["triton"]):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
         assert heads.coord or out["triton"][1].isnan().all()
@@ -348,7 +350,7 @@ def check_grouped_decode_step_matches_per_row() -> None:
             seen.add(image)
         runner.launch_prefill(items)
         positions = np.array([TINY.prefix_len + len(i.prompt) + row % 3 for row, i in enumerate(items)])
-        runner.pending_token[:batch] = torch.tensor([encode(w)[0] for w in ("a", "b")] * (batch // 2))
+        runner.sampler.pending_token[:batch] = torch.tensor([encode(w)[0] for w in ("a", "b")] * (batch // 2))
         runner.embed_pending(batch)
         runner.positions[:batch] = torch.from_numpy(positions)
         assert runner.group_rows(0, batch) == grouped

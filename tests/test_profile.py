@@ -34,7 +34,7 @@ def test_prefill_flops_grow_by_one_crop_at_a_time():
 
 def test_decode_bytes_count_the_weights_once_and_the_kv_per_row():
     from engine.tools.bench import build_model
-    from engine.worker.runner import SampleHeads
+    from engine.worker.sampling import SampleHeads
 
     model = build_model("tiny", "cpu", "fp32", 0)
     t = model.config.text

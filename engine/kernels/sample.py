@@ -1,4 +1,4 @@
-"""Fused Triton kernels for a point/detect step's sampling (CUDA only; `ModelRunner._sample` keeps the
+"""Fused Triton kernels for a point/detect step's sampling (CUDA only; `engine.worker.sampling.Sampler` keeps the
 PyTorch path with the same semantics, used on the CPU, for full-vocabulary steps, and as the test oracle).
 
 Why: at batch 1 a decode step's sampling is ~33 tiny kernels (masked argmax over the three

@@ -45,7 +45,7 @@ from engine.serving.engine import Engine
 from engine.model.moondream import MoondreamModel
 from engine.serving.skills import prompt_ids
 from engine.training.vocab import stand_in_tokenizer
-from engine.worker.runner import SampleHeads
+from engine.worker.sampling import SampleHeads
 
 
 def images_arg(text: str) -> str:
@@ -83,7 +83,7 @@ def gpu_only_step(engine: Engine, batch: int, first_position: int, steps: int,
     """The engine's decode forward and sampling graphs replayed back to back over the same
     positions as a request's decode, with no CPU bookkeeping and no host copies (ms/step).
     `sampling`: what each step's sampling computes, cycled (the engine's own choices in the timed
-    run, `ModelRunner.heads_log`: with rows out of step both region decoders run)."""
+    run, `Sampler.heads_log`: with rows out of step both region decoders run)."""
     runner = engine.runner
     rows = runner.batch_bucket(batch)
     grouped = runner.group_rows(0, rows)  # the rows' slots as the engine's last decode step left them
@@ -214,9 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         timed_decode(engines["blocking"], images, 2)  # warm-up: allocator, kernels, grammar cache
         timed_decode(engines["pipelined"], images, 2)
         blocking, _, out_b = timed_decode(engines["blocking"], images, args.objects)
-        engines["pipelined"].runner.heads_log = sampling = []
+        engines["pipelined"].runner.sampler.heads_log = sampling = []
         pipelined, _, out_p = timed_decode(engines["pipelined"], images, args.objects)
-        engines["pipelined"].runner.heads_log = None
+        engines["pipelined"].runner.sampler.heads_log = None
         if out_b != out_p:
             raise SystemExit("pipelined and blocking outputs differ: the benchmark is void")
         gpu_only = gpu_only_step(engines["pipelined"], batch, first_pos, 3 * args.objects, sampling)

@@ -40,7 +40,7 @@ from engine.serving.engine import Engine
 from engine.serving.skills import prompt_ids
 from engine.tools.bench import build_model
 from engine.training.vocab import stand_in_tokenizer
-from engine.worker.runner import SampleHeads
+from engine.worker.sampling import SampleHeads
 
 # Kernel name fragments → category, first match wins (lower-case).
 CATEGORIES = (

@@ -91,7 +91,7 @@ def engine_decision_logits(engine: Engine, picture, case: Case, max_objects: int
     found, launched = [], 0
     while not handle.future.done() and engine.step():
         if launched % per_object == 0 and len(found) < steps:
-            found.append(engine.runner.spatial_logits[0].float().cpu().clone())
+            found.append(engine.runner.sampler.spatial_logits[0].float().cpu().clone())
         launched += 1
     handle.result()
     return found
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     blocking = Engine(model, tokenizer, max_batch=1, max_objects=args.max_objects, pipelined=False)
     for case in cases:
         got = engine_decision_logits(blocking, pictures[case.image], case, args.max_objects, args.steps)
-        pairs = list(zip((t[blocking.runner.spatial_ids] for t in case.ref_logits), got))
+        pairs = list(zip((t[blocking.runner.sampler.spatial_ids] for t in case.ref_logits), got))
         case.decisions = len(pairs)
         case.logit_diff = max((float((a - b).abs().max()) for a, b in pairs), default=0.0)
 

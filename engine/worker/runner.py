@@ -1,20 +1,15 @@
 """`ModelRunner`: every device buffer, the two streams, and the three device-side verbs.
 
     launch_prefill / launch_decode   enqueue a forward on the compute stream
-    finalize                         upload grammar state ids (copy stream) → logits, mask,
-                                     sample, decode region values (compute) → results to host (copy)
+    finalize                         upload grammar state ids (copy stream) → sample (compute,
+                                     `engine.worker.sampling.Sampler`) → results to host (copy)
     read_results                     host side of commit: wait for the copy, read, poison
 
 Decode batches are KV rows 0..B-1 (B a bucket); rows not in the step are padding whose
 writes land on the scratch position `max_len - 1` and whose samples are discarded. The
-per-row inputs of the next forward — sampled token and decoded coordinate/size — stay on
-the device (`pending_*`, and the next forward's input embeddings made from them at sampling,
-`embeds`): nothing goes through the CPU between two forwards.
-
-Forwards leave the last hidden state per row; sampling turns it into logits. Finalize knows the
-rows' grammar states, so it computes only what they can use (`SampleHeads`): when every active
-row is a point/detect row, whose grammars emit only coord, size and EOS, the logits of those
-three tokens instead of the whole vocabulary, and only the region decoders a row may need.
+per-row inputs of the next forward — sampled token, decoded coordinate/size and their input
+embeddings — stay on the device (the sampler's `pending_*` and `embeds`): nothing goes through the
+CPU between two forwards. Forwards leave only the last hidden state per row (`hidden`).
 
 The engine drives it through the `engine.worker.protocol.Runner` protocol; slots are named
 by index (0 or 1, as `PipelineState` hands them out).
@@ -28,11 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.kernels import (GROUP_MIN_BATCH, KernelChoice, choose_spatial, group_table, group_table_size, grouping_pays,
-                            region_bins, use_fused)
+from engine.kernels import GROUP_MIN_BATCH, KernelChoice, group_table, group_table_size, grouping_pays, use_fused
 from engine.model.image import OverlapCrops, overlap_crops_tensor
 from engine.model.moondream import MoondreamModel
-from engine.model.region import more_probability, value_table, window_reach
+from engine.worker.sampling import Sampler, SampleHeads
 from engine.worker.slots import DecodeSlot, StepResults
 from engine.worker.streams import Streams
 from engine.model.text import KVCache, SharedPrefix
@@ -56,25 +50,6 @@ class PrefillItem:
     prompt: list[int]
 
 
-@dataclass(frozen=True)
-class SampleHeads:
-    """What one step's sampling computes, chosen at finalize from the active rows' grammar states.
-
-    full: logits over the whole vocabulary (some row may emit a token other than coord, size or
-    EOS); else only those three. coord / size: the region decoder whose value some row may take
-    (its state allows that token). Every variant writes the three tokens' logits with the same
-    small GEMM, so a point/detect row's choice and scores do not depend on what shares its batch."""
-
-    full: bool
-    coord: bool
-    size: bool
-
-    @classmethod
-    def variants(cls) -> list[SampleHeads]:
-        """Every variant `finalize` uses: the full vocabulary takes both decoders."""
-        return [cls(True, True, True)] + [cls(False, c, s) for c in (True, False) for s in (True, False)]
-
-
 class ModelRunner:
     def __init__(self, model: MoondreamModel, *, max_batch: int, max_len: int, mask_capacity: int,
                  prefix_slots: int | None = None, use_graphs: bool | None = None, len_bucket: int = 64,
@@ -90,7 +65,7 @@ class ModelRunner:
         self.kernels = kernels
         self.buckets = batch_buckets(max_batch)
         self.use_graphs = self.streams.cuda and use_graphs is not False  # graphs exist only on CUDA
-        dev, dt, v, d = self.device, model.dtype, cfg.text.vocab_size, cfg.text.dim
+        dev, dt, d = self.device, model.dtype, cfg.text.dim
         self.kv = KVCache.allocate(cfg.text, max_batch, max_len, device=dev, dtype=dt)
         # Image prefixes, one per slot, read by every row of that image (default: one per row).
         self.prefix = SharedPrefix.allocate(cfg.text, prefix_slots or max_batch, cfg.prefix_len, max_batch,
@@ -105,34 +80,12 @@ class ModelRunner:
         if fused:  # the fused decode step's two GEMMs a layer (FusedProjections), before any capture
             model.text.fuse_projections()
         self.fused_vision = fused  # the vision tower's fused blocks (VisionEncoder.encode_crops)
-        self.fused_sampling = fused  # point/detect steps sample with engine.kernels.sample
+        self.sampler = Sampler(model, max_batch=max_batch, mask_capacity=mask_capacity, fused=fused)
         grouping_pays(0, GROUP_MIN_BATCH, group_prefix)  # a bad choice fails here, not at the first step
         self.group_prefix = group_prefix  # when a decode step reads the prefix once per group of rows
         self.group_host = [self.streams.pinned(group_table_size(max_batch), dtype=torch.long) for _ in range(2)]
-        self.pending_token = torch.zeros(max_batch, dtype=torch.long, device=dev)
-        self.pending_coord = torch.zeros(max_batch, 1, dtype=torch.float32, device=dev)
-        self.pending_size = torch.zeros(max_batch, 2, dtype=torch.float32, device=dev)
-        self.embeds = torch.zeros(max_batch, d, dtype=dt, device=dev)  # the next decode forward's inputs
         self.positions = torch.full((max_batch,), self.scratch_pos, dtype=torch.long, device=dev)
         self.hidden = torch.zeros(max_batch, d, dtype=dt, device=dev)
-        self.logits = torch.zeros(max_batch, v, dtype=dt, device=dev)  # written by full-vocabulary sampling only
-        self.allowed = torch.ones(mask_capacity, v, dtype=torch.bool, device=dev)
-        # The point/detect tokens (ascending, as the full argmax breaks ties), their rows of the
-        # LM head, their logits at the last sampling, and per mask row: their columns of `allowed`
-        # on the device; on the host whether the row allows a token outside them, coord, size.
-        tok = cfg.tokens
-        self.spatial_ids = sorted({tok.coord_id, tok.size_id, tok.eos_id})
-        self.spatial_index = torch.tensor(self.spatial_ids, device=dev)
-        head = model.text.lm_head
-        self.spatial_weight = head.weight.detach()[self.spatial_ids].clone()  # [3, D]
-        self.spatial_bias = head.bias.detach()[self.spatial_ids].clone()
-        self.spatial_logits = torch.zeros(max_batch, len(self.spatial_ids), dtype=dt, device=dev)
-        self.spatial_cols = (self.spatial_ids.index(tok.coord_id), self.spatial_ids.index(tok.eos_id))
-        r = cfg.region
-        self.bin_values = {kind: value_table(kind, n, dev) for kind, n in (("coord", r.coord_bins), ("size", r.size_bins))}
-        self.allowed_spatial = torch.ones(mask_capacity, len(self.spatial_ids), dtype=torch.bool, device=dev)
-        self.mask_needs = np.ones((mask_capacity, 3), dtype=np.bool_)  # [row, (outside, coord, size)]
-        self.heads_log: list[SampleHeads] | None = None  # benchmarks: a list records every finalize's SampleHeads
         # Inputs and outputs of the captured prompt prefill (_prompt_prefill): token ids, positions,
         # row and last-token index per item, padded; the last token's hidden state.
         self.prompt_in = torch.zeros(4, max_batch, PROMPT_LENGTHS[-1], dtype=torch.long, device=dev)
@@ -161,13 +114,8 @@ class ModelRunner:
         if num_rows > self.mask_rows_uploaded:
             lo = self.mask_rows_uploaded
             rows = table[lo:num_rows]
-            outside = rows.copy()
-            outside[:, self.spatial_ids] = False
-            tok = self.cfg.tokens
-            self.mask_needs[lo:num_rows] = np.stack([outside.any(1), rows[:, tok.coord_id], rows[:, tok.size_id]], 1)
             with self.streams.on_compute():
-                self.allowed[lo:num_rows].copy_(self.streams.upload(torch.from_numpy(rows), self.device))
-                self.allowed_spatial[lo:num_rows] = self.allowed[lo:num_rows][:, self.spatial_index]
+                self.sampler.load_mask_rows(lo, rows, self.streams.upload(torch.from_numpy(rows), self.device))
             self.mask_rows_uploaded = num_rows
 
     # ---- forwards -----------------------------------------------------------------------
@@ -281,36 +229,15 @@ class ModelRunner:
         """The graph body: input embeddings of rows 0..B-1 (`embeds`, made at sampling) → their last
         hidden state."""
         model = self.model
-        self.hidden[:batch] = model.text.decode(self.embeds[:batch], self.kv, self.positions[:batch], attn_len,
+        self.hidden[:batch] = model.text.decode(self.sampler.embeds[:batch], self.kv, self.positions[:batch], attn_len,
                                                 self.kernels, prefix=self.row_prefix, grouped=grouped)
 
     @torch.inference_mode()
     def embed_pending(self, batch: int) -> None:
-        """Tests and benchmarks that set `pending_*` by hand: `embeds` of rows 0..batch-1 from them."""
+        """Tests and benchmarks that set the sampler's `pending_*` by hand: its `embeds` of rows
+        0..batch-1 from them."""
         with self.streams.on_compute():
-            self._embed_pending(batch, SampleHeads(True, True, True))
-
-    def _embed_pending(self, batch: int, heads: SampleHeads, active: torch.Tensor | None = None) -> None:
-        """`embeds` of rows 0..batch-1 from their pending token and region values: the token's
-        embedding, or the region encoder's of a coord / size value. `heads` says which kinds a row
-        can hold (the sampling variant that chose them): a point/detect step encodes only the values
-        it decoded, and no token embedding (the only other token, EOS, ends the request). With
-        `active` ([B] long) inactive rows keep theirs."""
-        model, tok = self.model, self.cfg.tokens
-        token = self.pending_token[:batch]
-        coord = model.region.encode_coord(self.pending_coord[:batch]) if heads.coord else None
-        size = model.region.encode_size(self.pending_size[:batch]) if heads.size else None
-        if heads.full:
-            embeds = torch.where((token == tok.coord_id)[:, None], coord,
-                                 torch.where((token == tok.size_id)[:, None], size, model.embed_ids(token)))
-        elif coord is not None and size is not None:
-            embeds = torch.where((token == tok.coord_id)[:, None], coord, size)
-        elif coord is not None or size is not None:
-            embeds = coord if coord is not None else size
-        else:
-            return  # every active row chose EOS
-        embeds = embeds.to(model.dtype)
-        self.embeds[:batch] = embeds if active is None else torch.where(active.bool()[:, None], embeds, self.embeds[:batch])
+            self.sampler.embed_pending(batch)
 
     @torch.inference_mode()
     def launch_decode(self, slot: int, batch: int, positions: np.ndarray, attn_len: int) -> None:
@@ -350,13 +277,13 @@ class ModelRunner:
 
     @torch.inference_mode()
     def replay_sample(self, slot: int, batch: int, heads: SampleHeads) -> None:
-        """Logits, masked sampling and region decoding of rows 0..batch-1 into `slot` (graph on CUDA)."""
+        """The sampling of rows 0..batch-1 into `slot` (`Sampler.sample`; a graph on CUDA)."""
         s = self.slots[slot]
         with self.streams.on_compute():
             if self.use_graphs:
-                self._captured(("sample", slot, batch, heads), lambda: self._sample(s, batch, heads)).replay()
+                self._captured(("sample", slot, batch, heads), lambda: self.sampler.sample(s, self.hidden[:batch], heads)).replay()
             else:
-                self._sample(s, batch, heads)
+                self.sampler.sample(s, self.hidden[:batch], heads)
 
     @torch.inference_mode()
     def set_positions(self, batch: int, position: int | None = None, advance: int = 0) -> None:
@@ -411,7 +338,8 @@ class ModelRunner:
                         self._graph(b, n, grouped)
                 for slot in self.slots:
                     for heads in SampleHeads.variants():
-                        self._captured(("sample", slot.index, b, heads), lambda: self._sample(slot, b, heads))
+                        self._captured(("sample", slot.index, b, heads),
+                                       lambda: self.sampler.sample(slot, self.hidden[:b], heads))
             # Prompt prefills captured on padding only: every token writes the scratch position of row 0.
             self.prompt_in.zero_()
             self.prompt_in[1].fill_(self.scratch_pos)
@@ -424,14 +352,13 @@ class ModelRunner:
     # ---- sampling -----------------------------------------------------------------------
     @torch.inference_mode()
     def finalize(self, slot_index: int, batch: int, state_ids: np.ndarray, active: np.ndarray) -> None:
-        """The step's logits under the grammar masks, greedy tokens, region values.
+        """The step's sampling (`Sampler`): logits under the grammar masks, greedy tokens, region
+        values, the next forward's inputs.
 
         state_ids/active: [batch] (global mask-table row per row; padding/zombie rows use 0,
         the unconstrained row, and active=0 so their pending inputs are left untouched).
         """
-        heads = self.sample_heads(state_ids[:batch][active[:batch] != 0])
-        if self.heads_log is not None:
-            self.heads_log.append(heads)
+        heads = self.sampler.heads(state_ids[:batch][active[:batch] != 0])
         slot = self.slots[slot_index]
         slot.claim_for_results()
         slot.meta[0, :batch] = torch.from_numpy(state_ids)
@@ -452,64 +379,6 @@ class ModelRunner:
             slot.sizes[:batch].copy_(slot.sizes_dev[:batch], non_blocking=True)
             slot.probs[:batch].copy_(slot.probs_dev[:batch], non_blocking=True)
             slot.copied.record()
-
-    def sample_heads(self, states: np.ndarray) -> SampleHeads:
-        """What sampling must compute for active rows in grammar states (mask rows) `states`."""
-        outside, coord, size = self.mask_needs[states].any(0) if states.size else (False, False, False)
-        return SampleHeads(True, True, True) if outside else SampleHeads(False, bool(coord), bool(size))
-
-    def _sample(self, slot: DecodeSlot, batch: int, heads: SampleHeads) -> None:
-        """The graph body of finalize: logits, masked greedy token, region values, their
-        probabilities (the scores' factors), pending inputs and the next forward's embeddings
-        (`_embed_pending`). A region decoder `heads` leaves out
-        writes NaN values and probabilities: no active row can take them at this step. Steps of
-        point/detect rows run the fused sampling kernels where the fused kernels run."""
-        model, tok = self.model, self.cfg.tokens
-        states, active = slot.meta_dev[0, :batch], slot.meta_dev[1, :batch]
-        hidden = self.hidden[:batch]
-        h = model.text.post_ln(hidden)
-        spatial = torch.addmm(self.spatial_bias, h, self.spatial_weight.t(), out=self.spatial_logits[:batch])  # [B, 3]
-        if self.fused_sampling and not heads.full:
-            self._sample_fused(slot, batch, heads, spatial)
-            return
-        act = active.bool()
-        if heads.full:
-            logits = model.text.lm_head(h)  # [B, V]
-            logits[:, self.spatial_index] = spatial
-            self.logits[:batch] = logits
-            token = logits.masked_fill(~self.allowed.index_select(0, states), float("-inf")).argmax(-1)  # a row gather, not an index kernel
-        else:
-            allowed = self.allowed_spatial.index_select(0, states)
-            token = self.spatial_index[spatial.masked_fill(~allowed, float("-inf")).argmax(-1)]
-        more = more_probability(spatial, *self.spatial_cols)
-        nan = torch.full((batch, 3), float("nan"), dtype=torch.float32, device=hidden.device)
-        coord, p_coord = model.region.decode_coord_p(hidden) if heads.coord else (nan[:, :1], nan[:, :1])  # [B, 1] each
-        size, p_size = model.region.decode_size_p(hidden) if heads.size else (nan[:, 1:], nan[:, 1:])  # [B, 2] each
-        slot.probs_dev[:batch] = torch.cat([more[:, None], p_coord, p_size], -1)
-        self.pending_token[:batch] = torch.where(act, token, self.pending_token[:batch])
-        if heads.coord:
-            self.pending_coord[:batch] = torch.where(act[:, None], coord, self.pending_coord[:batch])
-        if heads.size:
-            self.pending_size[:batch] = torch.where(act[:, None], size, self.pending_size[:batch])
-        slot.tokens_dev[:batch] = token
-        slot.coords_dev[:batch] = coord[:, 0]
-        slot.sizes_dev[:batch] = size
-        self._embed_pending(batch, heads, active)
-
-    def _sample_fused(self, slot: DecodeSlot, batch: int, heads: SampleHeads, spatial: torch.Tensor) -> None:
-        """`_sample` of point/detect rows in three kernels besides the region decoders' GEMMs."""
-        region, cfg = self.model.region, self.cfg.region
-        states, active, probs = slot.meta_dev[0, :batch], slot.meta_dev[1, :batch], slot.probs_dev[:batch]
-        choose_spatial(spatial, self.allowed_spatial, states, active, self.spatial_index, *self.spatial_cols,
-                       self.pending_token[:batch], slot.tokens_dev[:batch], probs, slot.coords_dev[:batch],
-                       slot.sizes_dev[:batch])
-        if heads.coord:
-            region_bins(region.coord_logits(self.hidden[:batch])[:, None], active, window_reach(cfg.coord_bins),
-                        self.bin_values["coord"], self.pending_coord[:batch], slot.coords_dev[:batch], probs, 1)
-        if heads.size:
-            region_bins(region.size_logits(self.hidden[:batch]), active, window_reach(cfg.size_bins),
-                        self.bin_values["size"], self.pending_size[:batch], slot.sizes_dev[:batch], probs, 2)
-        self._embed_pending(batch, heads, active)
 
     def read_results(self, slot: int, batch: int, rows: list[int]) -> StepResults:
         return self.slots[slot].read_results(batch, rows)
