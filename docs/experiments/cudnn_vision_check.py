@@ -18,6 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -29,6 +30,8 @@ import engine.model.vision as vision  # noqa: E402
 from engine.serving.engine import Engine  # noqa: E402
 from engine.tools.bench import build_model  # noqa: E402
 from engine.training.vocab import stand_in_tokenizer  # noqa: E402
+from fused_vision_check import gpu_ms, rel  # noqa: E402
+
 
 def FLASH(q, k, v, mask=None, cudnn=False):  # noqa: N802 - the reproducible backends, as before
     return layers.attention(q, k, v, mask)
@@ -37,22 +40,6 @@ def FLASH(q, k, v, mask=None, cudnn=False):  # noqa: N802 - the reproducible bac
 def cudnn(q, k, v, mask=None, cudnn=False):
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-
-
-def gpu_ms(fn, runs: int = 10) -> float:
-    fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(runs):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / runs
-
-
-def rel(a, b) -> float:
-    return float((a.float() - b.float()).norm() / b.float().norm())
 
 
 def engine_outputs(model, images) -> list:
