@@ -105,6 +105,15 @@ def check_shared_prefix_attention() -> None:
     assert table[-1] == 3  # slots 0, 1 and 2: six rows read slot 2
     grouped = kernels.decode_attention(q, k_rows, v_rows, pos, 192, prefix=(k_slots, v_slots, slots), groups=table)
     torch.testing.assert_close(grouped, want, rtol=1e-5, atol=1e-5)
+    # Larger batches' shape (decode_shape): longer chunks whose prefix blocks are pipelined give what the
+    # same chunks give block by block; and the same attention as the 64-key chunks, up to the merge's rounding.
+    for chunk in (128, 192):
+        one_by_one = kernels.decode_attention(q, k_rows, v_rows, pos, 192, prefix=(k_slots, v_slots, slots), chunk=chunk,
+                                              stages=1)
+        pipelined = kernels.decode_attention(q, k_rows, v_rows, pos, 192, prefix=(k_slots, v_slots, slots), chunk=chunk,
+                                             stages=3)
+        assert torch.equal(pipelined, one_by_one)
+        torch.testing.assert_close(pipelined, want, rtol=1e-5, atol=1e-5)
     rows = torch.tensor([3, 1])
     ppos = torch.full((2, 16), max_len - 1)
     ppos[0, :16], ppos[1, :7] = torch.arange(plen, plen + 16), torch.arange(plen, plen + 7)

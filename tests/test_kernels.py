@@ -36,6 +36,16 @@ def test_kernels_stay_off_the_cpu_without_the_interpreter():
     assert not kernels.available(torch.zeros(1), 48)  # not a power of two: PyTorch path
 
 
+def test_only_large_batches_reading_prefix_slots_per_row_pipeline_their_prefix_blocks():
+    from engine.kernels import decode as kernels
+
+    big = kernels.PIPELINE_MIN_BATCH
+    assert kernels.decode_shape(big, shared=True, grouped=False) == (kernels.PIPELINE_CHUNK, kernels.PIPELINE_STAGES)
+    assert kernels.PIPELINE_CHUNK % kernels.BLOCK_N == 0 and kernels.PIPELINE_STAGES > 1
+    for rows, shared, grouped in ((big - 1, True, False), (big, True, True), (big, False, False), (1, True, False)):
+        assert kernels.decode_shape(rows, shared, grouped) == (kernels.CHUNK, 1)
+
+
 def test_grouping_pays_only_when_rows_share_image_prefixes():
     import numpy as np
 

@@ -11,7 +11,8 @@ replace the hot spots:
 * `decode_attention`: one query per (row, head) against that row's cached keys 0..position,
   split-K ("flash decoding"): every (row, head, key chunk) is one program, so even batch 1
   fills the GPU; a second kernel merges the chunks in a fixed order, so results are
-  bit-for-bit reproducible (was 4 kernels: baddbmm, softmax, cast, bmm).
+  bit-for-bit reproducible (was 4 kernels: baddbmm, softmax, cast, bmm). Large batches take
+  longer chunks whose image-prefix blocks stream through shared memory (`decode_shape`).
 * `residual_layernorm`: the parallel block's residual and the next block's LayerNorm (was 3 kernels);
   the vision tower's prefill uses it too, for each block's two residual adds and the LayerNorms after them.
 
@@ -46,6 +47,13 @@ CHUNK = 64     # keys per split-K program
 BLOCK_N = 64   # keys per inner iteration
 ATTN_WARPS = 2
 GELU_BLOCK = 1024  # MLP activations per GELU program of `rope_kv_write`
+# Decode batches of at least PIPELINE_MIN_BATCH rows that read their image prefixes per row take
+# PIPELINE_CHUNK keys per program and keep PIPELINE_STAGES prefix blocks in flight (Triton's
+# asynchronous copies; `decode_shape`), chosen by a sweep on an H200 (README, "Whole requests under
+# load", session 42); smaller batches need 64-key programs to fill the GPU.
+PIPELINE_MIN_BATCH = 32
+PIPELINE_CHUNK = 384
+PIPELINE_STAGES = 3
 
 
 # Rows that read one prefix slot are handled G at a time (tl.dot needs ≥ 16 rows of queries), by
@@ -195,11 +203,21 @@ if triton is not None:
             tl.store(acc_ptr + out[:, None] * HD + d[None, :], acc, mask=valid[:, None])
 
     @triton.jit
+    def softmax_step(m, l, acc, s, v):
+        """One block of the online softmax: scores s [BLOCK] (log2 domain, -inf where masked) and
+        values v [BLOCK, HD] into the running max m, sum l and weighted sum acc [HD]."""
+        m_new = tl.maximum(m, tl.max(s, 0))
+        p = tl.exp2(s - m_new)
+        alpha = tl.exp2(m - m_new)
+        return m_new, l * alpha + tl.sum(p, 0), acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), 0)
+
+    @triton.jit
     def _attn_chunk_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
                            stride_row, stride_head, stride_pos, attn_len, qk_scale,
                            pk_ptr, pv_ptr, slot_ptr, prefix_len, pstride_slot, pstride_head, pstride_pos,
                            H: tl.constexpr, HD: tl.constexpr, SPLITS: tl.constexpr,
-                           CHUNK_: tl.constexpr, BLOCK: tl.constexpr, SHARED: tl.constexpr, FIRST: tl.constexpr):
+                           CHUNK_: tl.constexpr, BLOCK: tl.constexpr, SHARED: tl.constexpr, FIRST: tl.constexpr,
+                           STAGES: tl.constexpr):
         bh = tl.program_id(0)
         # Chunks before FIRST are `_prefix_group_kernel`'s. A compile-time constant: as a runtime argument
         # it made the per-row step measurably slower (README, "Whole requests under load").
@@ -219,7 +237,17 @@ if triton is not None:
         m = float("-inf")
         l = 0.0
         acc = tl.zeros([HD], dtype=tl.float32)
-        for n0 in range(start, end, BLOCK):
+        rest = start
+        if SHARED and STAGES > 1:
+            # Blocks wholly inside the prefix: unmasked, branch-free loads that Triton's pipeliner turns
+            # into STAGES-deep asynchronous copies, so a program keeps several blocks in flight in
+            # shared memory instead of one in registers (README, "Whole requests under load", session 42).
+            rest = tl.maximum(start, tl.minimum(end, prefix_len // BLOCK * BLOCK))
+            for n0 in tl.range(start, rest, BLOCK, num_stages=STAGES):
+                offs = pbase + (n0 + tl.arange(0, BLOCK))[:, None] * pstride_pos + d[None, :]
+                s = tl.sum(tl.load(pk_ptr + offs).to(tl.float32) * q[None, :], 1)
+                m, l, acc = softmax_step(m, l, acc, s, tl.load(pv_ptr + offs))
+        for n0 in range(rest, end, BLOCK):
             n = n0 + tl.arange(0, BLOCK)
             valid = n < end
             offs = base + n[:, None] * stride_pos + d[None, :]
@@ -230,15 +258,8 @@ if triton is not None:
             else:
                 k = tl.load(k_ptr + offs, mask=valid[:, None], other=0.0)
                 v = tl.load(v_ptr + offs, mask=valid[:, None], other=0.0)
-            k = k.to(tl.float32)
-            s = tl.where(valid, tl.sum(k * q[None, :], 1), float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, 0))
-            p = tl.exp2(s - m_new)
-            alpha = tl.exp2(m - m_new)
-            v = v.to(tl.float32)
-            acc = acc * alpha + tl.sum(p[:, None] * v, 0)
-            l = l * alpha + tl.sum(p, 0)
-            m = m_new
+            s = tl.where(valid, tl.sum(k.to(tl.float32) * q[None, :], 1), float("-inf"))
+            m, l, acc = softmax_step(m, l, acc, s, v)
         # A chunk past the row's length keeps m = -inf, l = 0: weight exactly 0 in the merge.
         out = bh * SPLITS + split
         tl.store(m_ptr + out, m)
@@ -346,17 +367,31 @@ def shared_prefix_args(prefix: tuple[torch.Tensor, torch.Tensor, torch.Tensor] |
     return pk, pv, slots.contiguous(), pk.shape[2], pk.stride(0), pk.stride(1), pk.stride(2)
 
 
+def decode_shape(rows: int, shared: bool, grouped: bool) -> tuple[int, int]:
+    """(keys per split-K program, prefix blocks in flight) for a decode step of `rows` rows; `shared`:
+    the rows read their image prefixes from slots (only those blocks are pipelined); `grouped`: read
+    per group of rows (`grouping_pays`), whose kernel needs 64-key chunks."""
+    if rows >= PIPELINE_MIN_BATCH and shared and not grouped:
+        return PIPELINE_CHUNK, PIPELINE_STAGES
+    return CHUNK, 1
+
+
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
                      attn_len: int, *, prefix: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-                     groups: torch.Tensor | None = None, chunk: int = CHUNK, block: int = BLOCK_N,
-                     num_warps: int = ATTN_WARPS, out: torch.Tensor | None = None) -> torch.Tensor:
+                     groups: torch.Tensor | None = None, chunk: int | None = None, block: int = BLOCK_N,
+                     num_warps: int = ATTN_WARPS, stages: int | None = None,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
     """q [B, H, hd]; row b attends to keys 0..min(positions[b], attn_len - 1) of cache row b
     ([rows, H, max_len, hd]). `prefix` (k, v [slots, H, P, hd], slots [B]): keys 0..P-1 of row b
     are those of slot slots[b] instead. `groups` (with `prefix`; `group_table` builds it): the rows
     grouped by slot, so that the chunks inside the prefix are read once per group (the caller
     decides when that pays: `grouping_pays`); then every position must be ≥ P. Returns [B, H·hd] in q's dtype,
-    written to `out` when given (a [B, H·hd] view whose rows may be strided, e.g. part of a wider buffer)."""
+    written to `out` when given (a [B, H·hd] view whose rows may be strided, e.g. part of a wider buffer).
+    `chunk` keys per split-K program and `stages` prefix blocks in flight (with `prefix`): by default
+    `decode_shape`'s for the batch."""
     b, h, hd = q.shape
+    shape = decode_shape(b, prefix is not None, groups is not None and prefix is not None)
+    chunk, stages = chunk or shape[0], stages or shape[1]
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(3) == 1 and q.is_contiguous()
     positions = positions.contiguous()  # read as positions[b] at offset b (a no-op for the runner's)
     shared = shared_prefix_args(prefix, k_cache, positions)
@@ -379,7 +414,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                                                 k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), attn_len,
                                                 hd ** -0.5 * math.log2(math.e), *shared,
                                                 H=h, HD=hd, SPLITS=splits, CHUNK_=chunk, BLOCK=block,
-                                                SHARED=prefix is not None, FIRST=first, num_warps=num_warps)
+                                                SHARED=prefix is not None, FIRST=first, STAGES=stages,
+                                                num_warps=num_warps)
     if out is None:
         out = torch.empty(b, h * hd, device=q.device, dtype=q.dtype)
     assert out.shape == (b, h * hd) and out.stride(1) == 1 and out.dtype == q.dtype
