@@ -242,7 +242,7 @@ if triton is not None:
             # Blocks wholly inside the prefix: unmasked, branch-free loads that Triton's pipeliner turns
             # into STAGES-deep asynchronous copies, so a program keeps several blocks in flight in
             # shared memory instead of one in registers (README, "Whole requests under load", session 42).
-            rest = tl.maximum(start, tl.minimum(end, prefix_len // BLOCK * BLOCK))
+            rest = tl.maximum(start, tl.minimum(end // BLOCK, prefix_len // BLOCK) * BLOCK)  # whole blocks only
             for n0 in tl.range(start, rest, BLOCK, num_stages=STAGES):
                 offs = pbase + (n0 + tl.arange(0, BLOCK))[:, None] * pstride_pos + d[None, :]
                 s = tl.sum(tl.load(pk_ptr + offs).to(tl.float32) * q[None, :], 1)
