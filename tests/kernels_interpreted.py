@@ -25,6 +25,21 @@ from engine.model.text import apply_rope_, rope_tables  # noqa: E402
 HEAD_SHAPES = [(4, 16, 8), (8, 32, 16), (2, 64, 32)]
 
 
+def tiny_model_and_cache(model_seed: int, rows: int, length: int, kv_seeds: tuple[int, int]):
+    """The tiny model (fp32, random weights) and a KV cache of `rows` rows of `length` positions
+    filled with noise, so that writes and non-writes both show."""
+    from engine.model.checkpoint import init_random_
+    from engine.model.moondream import MoondreamModel
+    from engine.model.text import KVCache
+
+    model = MoondreamModel(TINY, device="cpu", dtype=torch.float32)
+    init_random_(model, seed=model_seed)
+    kv = KVCache.allocate(model.text.cfg, rows, length, device="cpu", dtype=torch.float32)
+    kv.k.normal_(generator=torch.Generator().manual_seed(kv_seeds[0]))
+    kv.v.normal_(generator=torch.Generator().manual_seed(kv_seeds[1]))
+    return model, kv
+
+
 def check_rope_kv_write() -> None:
     gen = torch.Generator().manual_seed(0)
     for heads, hd, rot in HEAD_SHAPES:
@@ -241,6 +256,33 @@ def check_decode_step() -> None:
     torch.testing.assert_close(fused_kv.v, kv.v, rtol=1e-6, atol=1e-6)
 
 
+def check_prefix_prefill() -> None:
+    """`TextModel.prefill_prefix` of whole image prefixes, fused (rotary in place, K/V written to the
+    rows, GELU in one launch; `rope_kv_prefix`) against the PyTorch path: hidden states, the K/V of
+    the rows it fills, and no other row or position touched. Rows out of order, a prefix shorter
+    than the rows (the engine's fill them; the kernel does not tell the two apart)."""
+    from engine.model.text import KVCache
+
+    torch.set_num_threads(1)
+    model, kv = tiny_model_and_cache(4, 5, TINY.prefix_len + 3, (10, 11))
+    text, plen = model.text, TINY.prefix_len
+    rows = torch.tensor([3, 0])
+    for n in (plen - 5,):
+        fused_kv = KVCache(kv.k.clone(), kv.v.clone())
+        want_kv = KVCache(kv.k.clone(), kv.v.clone())
+        embeds = torch.randn(2, n, text.cfg.dim, generator=torch.Generator().manual_seed(n))
+        with torch.inference_mode():
+            got = text.prefill_prefix(embeds, fused_kv, rows, kernels="triton")
+            want = text.prefill_prefix(embeds, want_kv, rows, kernels="torch")
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(fused_kv.k, want_kv.k, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(fused_kv.v, want_kv.v, rtol=1e-5, atol=1e-5)
+        assert not torch.equal(fused_kv.k[:, rows, :, :n], kv.k[:, rows, :, :n])  # the rows were written
+        others = torch.tensor([1, 2, 4])
+        assert torch.equal(fused_kv.k[:, others], kv.k[:, others]) and torch.equal(fused_kv.v[:, others], kv.v[:, others])
+        assert torch.equal(fused_kv.k[:, :, :, n:], kv.k[:, :, :, n:]) and torch.equal(fused_kv.v[:, :, :, n:], kv.v[:, :, :, n:])
+
+
 def check_prompt_attention() -> None:
     """The prompt prefill's attention, keys read in place, against the gathered PyTorch attention:
     rows out of order, a row twice (padding items reuse a real row), padding tokens at the scratch
@@ -272,16 +314,10 @@ def check_prompt_attention() -> None:
 def check_prompt_prefill() -> None:
     """`TextModel.prefill_at` of padded prompts: fused path against the PyTorch path (hidden
     states and the K/V it writes)."""
-    from engine.model.checkpoint import init_random_
-    from engine.model.moondream import MoondreamModel
     from engine.model.text import KVCache
 
-    model = MoondreamModel(TINY, device="cpu", dtype=torch.float32)
-    init_random_(model, seed=1)
+    model, kv = tiny_model_and_cache(1, 4, TINY.prefix_len + 80, (7, 8))
     text, plen = model.text, TINY.prefix_len
-    kv = KVCache.allocate(text.cfg, 4, plen + 80, device="cpu", dtype=torch.float32)
-    kv.k.normal_(generator=torch.Generator().manual_seed(7))
-    kv.v.normal_(generator=torch.Generator().manual_seed(8))
     fused_kv = KVCache(kv.k.clone(), kv.v.clone())
     rows = torch.tensor([2, 0, 2])
     pos = torch.full((3, 16), plen + 79)

@@ -14,7 +14,8 @@ from typing import Literal
 import torch
 
 from engine.kernels.decode import (GROUP_CHOICES, GROUP_MIN_BATCH, available, decode_attention, decode_shape,
-                                   group_table, group_table_size, grouping_pays, residual_layernorm, rope_kv_write)
+                                   group_table, group_table_size, grouping_pays, residual_layernorm, rope_kv_prefix,
+                                   rope_kv_write)
 from engine.kernels.prompt import prompt_attention
 from engine.kernels.sample import choose_spatial, region_bins
 
@@ -37,4 +38,4 @@ def use_fused(choice: KernelChoice, t: torch.Tensor, head_dim: int) -> bool:
 
 __all__ = ["GROUP_CHOICES", "GROUP_MIN_BATCH", "KERNEL_CHOICES", "KernelChoice", "available", "choose_spatial",
            "decode_attention", "decode_shape", "group_table", "group_table_size", "grouping_pays", "prompt_attention",
-           "region_bins", "residual_layernorm", "rope_kv_write", "use_fused"]
+           "region_bins", "residual_layernorm", "rope_kv_prefix", "rope_kv_write", "use_fused"]

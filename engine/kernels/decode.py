@@ -8,6 +8,7 @@ replace the hot spots:
 
 * `rope_kv_write`: partial rotary embedding of q and k, and the K/V cache write at each row's
   own position, in one pass over the qkv projection (was 6 kernels: 4 rotary + 2 index_put).
+  `rope_kv_prefix` does the same for whole image prefixes (`TextModel.prefill_prefix`).
 * `decode_attention`: one query per (row, head) against that row's cached keys 0..position,
   split-K ("flash decoding"): every (row, head, key chunk) is one program, so even batch 1
   fills the GPU; a second kernel merges the chunks in a fixed order, so results are
@@ -47,6 +48,12 @@ CHUNK = 64     # keys per split-K program
 BLOCK_N = 64   # keys per inner iteration
 ATTN_WARPS = 2
 GELU_BLOCK = 1024  # MLP activations per GELU program of `rope_kv_write`
+# `rope_kv_prefix`: a program rotates the heads of PREFIX_ROPE_PAIRS // H tokens (those (token,
+# head) pairs), or applies GELU to PREFIX_GELU_ELEMENTS of their MLP columns. With Moondream 2's
+# 32 heads that is one token, 86 registers a thread (ptxas, sm_90); 16 tokens spilled 10 KB a
+# thread and ran the kernel at ~0.4 TB/s on an H200, 2 tokens took 166 registers (session 43).
+PREFIX_ROPE_PAIRS = 32
+PREFIX_GELU_ELEMENTS = 2048
 # Decode batches of at least PIPELINE_MIN_BATCH rows that read their image prefixes per row take
 # PIPELINE_CHUNK keys per program and keep PIPELINE_STAGES prefix blocks in flight (Triton's
 # asynchronous copies; `decode_shape`), chosen by a sweep on an H200 (README, "Whole requests under
@@ -150,6 +157,51 @@ if triton is not None:
             dst = b * stride_row + h * stride_head + pos * stride_pos + d
             tl.store(k_ptr + dst, k.to(k_ptr.dtype.element_ty))
             tl.store(v_ptr + dst, v)
+
+    @triton.jit
+    def _rope_prefix_kernel(qkv_ptr, cos_ptr, sin_ptr, rows_ptr, k_ptr, v_ptr, g_ptr,
+                            stride_qkv, stride_row, stride_head, stride_pos, stride_g, ff, seq, tokens,
+                            H: tl.constexpr, HD: tl.constexpr, ROT: tl.constexpr, GELU_BLOCK: tl.constexpr,
+                            TOKENS: tl.constexpr):
+        # `_rope_kv_kernel` for whole image prefixes, TOKENS tokens a program: program (i, 0) rotates
+        # every head of tokens i·TOKENS.. (token t: position t % seq of cache row rows[t // seq]),
+        # program (i, g > 0) applies GELU to their MLP columns' block g - 1. The rotated q and k
+        # replace their inputs in qkv.
+        t0 = tl.program_id(0) * TOKENS
+        g = tl.program_id(1)
+        if g > 0:
+            tg = t0 + tl.arange(0, TOKENS)
+            j = (g - 1) * GELU_BLOCK + tl.arange(0, GELU_BLOCK)
+            inside = (tg < tokens)[:, None] & (j < ff)[None, :]
+            at = tg.to(tl.int64)[:, None] * stride_qkv + 3 * H * HD + j[None, :]
+            x = tl.load(qkv_ptr + at, mask=inside, other=0.0).to(tl.float32)
+            u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+            y = 0.5 * x * (2.0 - 2.0 / (tl.exp(2.0 * u) + 1.0))
+            tl.store(g_ptr + tg.to(tl.int64)[:, None] * stride_g + j[None, :], y.to(g_ptr.dtype.element_ty), mask=inside)
+        else:
+            r = tl.arange(0, TOKENS * H)  # (token, head) pairs
+            t = t0 + r // H
+            hh = r % H
+            real = (t < tokens)[:, None]
+            pos = t % seq
+            row = tl.load(rows_ptr + t // seq, mask=t < tokens, other=0)
+            d = tl.arange(0, HD)
+            rotated = (d < ROT)[None, :]
+            partner = tl.where(d < ROT, (d + ROT // 2) % ROT, d)[None, :]
+            cos = tl.load(cos_ptr + pos[:, None] * ROT + d[None, :], mask=real & rotated, other=1.0)
+            sin = tl.load(sin_ptr + pos[:, None] * ROT + d[None, :], mask=real & rotated, other=0.0)
+            src = qkv_ptr + (t.to(tl.int64) * stride_qkv + hh * HD)[:, None]  # [TOKENS·H, 1]
+            q = (tl.load(src + d[None, :], mask=real, other=0.0).to(tl.float32) * cos
+                 + tl.load(src + partner, mask=real, other=0.0).to(tl.float32) * sin)
+            k = (tl.load(src + H * HD + d[None, :], mask=real, other=0.0).to(tl.float32) * cos
+                 + tl.load(src + H * HD + partner, mask=real, other=0.0).to(tl.float32) * sin).to(k_ptr.dtype.element_ty)
+            v = tl.load(src + 2 * H * HD + d[None, :], mask=real, other=0.0)
+            tl.debug_barrier()  # every load of these tokens is done before they are overwritten
+            tl.store(src + d[None, :], q.to(qkv_ptr.dtype.element_ty), mask=real)
+            tl.store(src + H * HD + d[None, :], k, mask=real)
+            dst = (row.to(tl.int64) * stride_row + hh * stride_head + pos * stride_pos)[:, None] + d[None, :]
+            tl.store(k_ptr + dst, k, mask=real)
+            tl.store(v_ptr + dst, v, mask=real)
 
     @triton.jit
     def prefix_or_row_block(k_ptr, v_ptr, offs, pk_ptr, pv_ptr, poffs, n, n0, valid, prefix_len,
@@ -347,6 +399,29 @@ def rope_kv_write(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, posit
         qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), g.stride(0), ff,
         H=h, HD=hd, ROT=rotary_dims, GELU_BLOCK=GELU_BLOCK, num_warps=1)
     return q
+
+
+def rope_kv_prefix(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rows: torch.Tensor, seq: int,
+                   k_cache: torch.Tensor, v_cache: torch.Tensor, rotary_dims: int, gelu_out: torch.Tensor) -> None:
+    """`rope_kv_write` for whole image prefixes: qkv [B·seq, 3·H·hd + F] holds B prefixes of `seq`
+    tokens (positions 0..seq-1), prefix b going to cache row rows[b] of k_cache/v_cache
+    [rows, H, ≥ seq, hd]. Rotates q and k in place in qkv (so qkv then holds what attention
+    reads), writes the rotated k and v to the cache, and GELU-tanh of the F MLP columns to
+    gelu_out [B·seq, F] (rows may be strided), all in one launch."""
+    tokens = qkv.shape[0]
+    _, h, _, hd = k_cache.shape
+    ff = gelu_out.shape[1]
+    assert not h & (h - 1), "the prefix kernel holds tokens' heads in one block: a power-of-two head count"
+    assert tokens % seq == 0 and rows.shape == (tokens // seq,) and seq <= k_cache.shape[2]
+    assert qkv.shape[1] == 3 * h * hd + ff and qkv.stride(1) == 1 and k_cache.stride() == v_cache.stride()
+    assert gelu_out.shape[0] == tokens and gelu_out.stride(1) == 1 and gelu_out.dtype == qkv.dtype
+    assert cos.is_contiguous() and sin.is_contiguous() and cos.shape[1] == rotary_dims and cos.shape[0] >= seq
+    per = max(1, PREFIX_ROPE_PAIRS // h)  # tokens a program
+    cols = min(max(PREFIX_GELU_ELEMENTS // per, 16), triton.next_power_of_2(ff))  # GELU columns a program
+    _rope_prefix_kernel[(triton.cdiv(tokens, per), 1 + triton.cdiv(ff, cols))](
+        qkv, cos, sin, rows.contiguous(), k_cache, v_cache, gelu_out,
+        qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), gelu_out.stride(0), ff, seq, tokens,
+        H=h, HD=hd, ROT=rotary_dims, GELU_BLOCK=cols, TOKENS=per, num_warps=4)
 
 
 def dot_precision(dtype: torch.dtype) -> str:

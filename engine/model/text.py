@@ -263,17 +263,23 @@ class TextModel(nn.Module):
             x = x + block.attn.proj(a) + block.mlp(h)
         return x
 
-    def prefill_prefix(self, embeds: torch.Tensor, kv: KVCache, rows: torch.Tensor) -> torch.Tensor:
+    def prefill_prefix(self, embeds: torch.Tensor, kv: KVCache, rows: torch.Tensor,
+                       kernels: _kernels.KernelChoice = "torch") -> torch.Tensor:
         """`prefill` of whole image prefixes (positions 0..L-1 of each row, L ≤ prefix_len).
 
         Inside the prefix attention is bidirectional, so no mask is needed: the block's own
         keys are its whole context and attention runs on a flash kernel (an explicit mask would
         force the memory-efficient one), with no gather of keys back from the cache.
+        `kernels` "auto"/"triton": the fused kernels' layer where they run and the head count is a
+        power of two (`_prefill_prefix_fused`).
         embeds [B, L, D], rows [B] long → raw hidden [B, L, D].
         """
         b, n, _ = embeds.shape
         if n > self.prefix_len:
             raise ValueError(f"prefill_prefix got {n} positions; the image prefix has {self.prefix_len}")
+        heads = self.cfg.n_heads
+        if _kernels.use_fused(kernels, embeds, self.cfg.head_dim) and not heads & (heads - 1):
+            return self._prefill_prefix_fused(embeds, kv, rows)
         cos, sin = self.rope(embeds.device)
         rope = (cos[:n, None, None], sin[:n, None, None])  # [L, 1, 1, r]
         x = embeds
@@ -285,6 +291,31 @@ class TextModel(nn.Module):
             a = attention(q, k, v)
             x = x + block.attn.proj(a.transpose(1, 2).reshape(b, n, -1)) + block.mlp(h)
         return x
+
+    def _prefill_prefix_fused(self, embeds: torch.Tensor, kv: KVCache, rows: torch.Tensor) -> torch.Tensor:
+        """`prefill_prefix` as the fused decode step runs a layer (`FusedProjections`), over all
+        B·L tokens at once: [qkv | fc1] GEMM; rotary in place + K/V written to the rows + GELU
+        (`rope_kv_prefix`); attention on the rotated q, k, v where they lie; its output copied
+        beside the GELU output; [proj | fc2] GEMM; residual + next LayerNorm. Five kernels a layer
+        and a copy, against the PyTorch path's fifteen."""
+        if self.blocks[0].fused is None:
+            self.fuse_projections()
+        cos, sin = self.rope(embeds.device)
+        b, n, d = embeds.shape
+        t = self.cfg
+        x = embeds.reshape(b * n, d).contiguous()  # [B·L, D]
+        h = self.blocks[0].ln(x)
+        for layer, block in enumerate(self.blocks):
+            f = block.fused
+            y = torch.nn.functional.linear(h, f.w_in, f.b_in)  # [B·L, 3D + F]: q, k, v, fc1
+            z = torch.empty(b * n, f.w_out.shape[1], device=x.device, dtype=x.dtype)  # [B·L, D + F]
+            _kernels.rope_kv_prefix(y, cos, sin, rows, n, kv.k[layer], kv.v[layer], t.rotary_dims, gelu_out=z[:, d:])
+            q, k, v = y[:, : 3 * d].view(b, n, 3, t.n_heads, t.head_dim).unbind(2)  # [B, L, H, hd] each, rotated
+            a = attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))  # [B, H, L, hd]
+            z[:, :d].view(b, n, t.n_heads, t.head_dim).copy_(a.transpose(1, 2))
+            following = self.blocks[layer + 1].ln if layer + 1 < len(self.blocks) else None
+            x, h = _kernels.residual_layernorm(x, torch.mm(z, f.w_out.t()), (f.b_proj, f.b_fc2), following)
+        return x.view(b, n, d)
 
     def decode(self, embeds: torch.Tensor, kv: KVCache, positions: torch.Tensor, attn_len: int,
                kernels: _kernels.KernelChoice = "auto", prefix: SharedPrefix | None = None,

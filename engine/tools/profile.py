@@ -2,14 +2,15 @@
 against what the hardware allows.
 
     python -m engine.profile [--preset moondream2] [--images 1,8] [--batch 1,32,64] [--size 640x480]
-                             [--peak-tflops 989] [--peak-tbs 4.8] [--json OUT]
+                             [--peak-tflops 989] [--peak-tbs 4.8] [--top 12] [--json OUT]
 
 Random weights of the preset (no download), bf16 on CUDA. Two measurements, each under
 `torch.profiler` (GPU kernel time, summed by category) and separately timed with CUDA events:
 
 Wall time per run is measured between device-wide synchronisations, apart from the profiled runs.
 
-* prefill of N new images of `--size` (their overlap crops prepared on the host first): the vision
+* prefill of N new images of `--size` (their overlap crops made on the GPU first, as the engine
+  makes them from the uploaded pixels, `overlap_crops_tensor`): the vision
   tower over every crop, stitching and projection, and the 730-position text prefix, as
   `ModelRunner.launch_prefill` runs them (`encode_images` + `prefill_prefix`, eagerly); ms per image, and
   the effective TFLOP/s from the model's arithmetic (matrix multiplies and attention, counted from
@@ -35,7 +36,7 @@ import numpy as np
 import torch
 
 from engine.model.config import PRESETS, MoondreamConfig
-from engine.model.image import overlap_crop_image
+from engine.model.image import OverlapCrops, overlap_crops_tensor
 from engine.serving.engine import Engine
 from engine.serving.skills import prompt_ids
 from engine.tools.bench import build_model
@@ -53,7 +54,6 @@ CATEGORIES = (
     ("softmax / sampling / reductions", ("softmax", "reduce", "argmax", "max_", "sort", "topk")),
     ("copies, casts, index", ("copy", "cat", "index", "gather", "scatter", "fill", "convert", "to_copy")),
 )
-TOP = 12  # kernels listed by name
 
 
 def category(name: str) -> str:
@@ -90,7 +90,7 @@ def decode_bytes(model, batch: int, position: int, heads: SampleHeads) -> float:
     return float(weights + kv)
 
 
-def profiled(fn, runs: int) -> tuple[float, dict[str, float], list[tuple[str, float]]]:
+def profiled(fn, runs: int, top: int = 12) -> tuple[float, dict[str, float], list[tuple[str, float]]]:
     """(wall ms per run, {category: GPU ms per run}, the top kernels [(name, GPU ms per run)]) for
     `fn` after one warm-up run. Wall time between device-wide synchronisations: `fn` may launch on
     any stream (the runner's graphs replay on its compute stream)."""
@@ -114,7 +114,7 @@ def profiled(fn, runs: int) -> tuple[float, dict[str, float], list[tuple[str, fl
         if device_us > 0:
             cats[category(ev.key)] += device_us / 1e3 / runs
             names[ev.key] += device_us / 1e3 / runs
-    top = sorted(names.items(), key=lambda kv: -kv[1])[:TOP]
+    top = sorted(names.items(), key=lambda kv: -kv[1])[:top]
     return ms, dict(sorted(cats.items(), key=lambda kv: -kv[1])), top
 
 
@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak (H200 datasheet)")
     p.add_argument("--peak-tbs", type=float, default=4.8, help="memory bandwidth, TB/s (H200 datasheet)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--top", type=int, default=12, help="kernels listed by name")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -157,13 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     engine = Engine(model, tokenizer, max_batch=max(int(n) for n in args.images.split(",")), prefix_cache_size=0)
     cache = engine.runner.prefix.as_cache()
     for n in (int(x) for x in args.images.split(",")):
-        crops = [overlap_crop_image((rng.random((h, w, 3)) * 255).astype(np.uint8), cfg.vision) for _ in range(n)]
+        crops = [OverlapCrops(*overlap_crops_tensor(torch.from_numpy((rng.random((h, w, 3)) * 255).astype(np.uint8))
+                                                    .cuda(), cfg.vision)) for _ in range(n)]
         rows = torch.arange(n, device="cuda")
 
         def prefill():
-            model.text.prefill_prefix(model.encode_images(crops, engine.runner.fused_vision), cache, rows)
+            model.text.prefill_prefix(model.encode_images(crops, engine.runner.fused_vision), cache, rows,
+                                     engine.runner.kernels)
 
-        ms, cats, top = profiled(prefill, args.runs)
+        ms, cats, top = profiled(prefill, args.runs, args.top)
         flops = sum(prefill_flops(cfg, c.n_crops) for c in crops)
         floor = flops / (args.peak_tflops * 1e12) * 1e3
         print_breakdown(f"prefill of {n} new {w}×{h} image(s), {crops[0].n_crops} crops each", ms, cats, top, floor,
@@ -198,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             runner.replay_decode(rows, attn, grouped)
             runner.replay_sample(0, rows, heads)
 
-        ms, cats, top = profiled(step, 20 * args.runs)
+        ms, cats, top = profiled(step, 20 * args.runs, args.top)
         nbytes = decode_bytes(model, batch, position, heads)
         floor = nbytes / (args.peak_tbs * 1e12) * 1e3
         print_breakdown(f"decode step, batch {batch} (distinct images, {'grouped' if grouped else 'per-row'} prefix "

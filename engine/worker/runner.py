@@ -135,7 +135,7 @@ class ModelRunner:
                 self._image_prefill(self._crops_here(encode[0].crops), ids[2 * n:])
             elif encode:
                 crops = model.encode_images([self._crops_here(item.crops) for item in encode], fused=self.fused_vision)
-                text.prefill_prefix(crops, self.prefix.as_cache(), ids[2 * n:])
+                text.prefill_prefix(crops, self.prefix.as_cache(), ids[2 * n:], self.kernels)
             if self.row_prefix is None:  # the PyTorch path: each row its own copy of its slot
                 plen = self.prefix.length
                 self.kv.k[:, ids[:n], :, :plen] = self.prefix.k[:, ids[n:2 * n]]
@@ -159,7 +159,7 @@ class ModelRunner:
 
         def body() -> None:
             embeds = self.model.encode_crops_of_one(pixels, crops.tiling, fused=self.fused_vision)
-            self.model.text.prefill_prefix(embeds, self.prefix.as_cache(), slot_in)
+            self.model.text.prefill_prefix(embeds, self.prefix.as_cache(), slot_in, self.kernels)
 
         self._captured(key, body).replay()
 
