@@ -1,9 +1,9 @@
 #!/bin/bash
-# Session 43: the image prefix prefilled as the fused decode step runs a layer (TextModel._prefill_prefix_fused), one H200.
+# Session 43: the image prefix prefilled as the fused decode step runs a layer (TextModel._prefill_prefix_fused), on the lent GPU.
 #   OUT=DIR bash docs/experiments/session43_calls.sh check   (prefix check and timing, verify, one-image check, profile)
 #   OUT=DIR bash docs/experiments/session43_calls.sh quick   (prefix check and the profile alone)
 #   OUT=DIR bash docs/experiments/session43_calls.sh load [ROUNDS]   (engine.loadbench: detect unique A/B against .wt/old, then the table)
-#   (session 43's last call ran: quick; load 1)
+#   (session 43: "check" ran on an H200 with the first block size; "quick" then "load 1" on an H100 with the final one)
 # Results in $OUT/results.tgz, re-packed after each stage (a run stopped at its limit returns what it did).
 source docs/experiments/device_env.sh
 R=$OUT/r; mkdir -p $R
