@@ -182,6 +182,37 @@ def check_vision_fused_blocks() -> None:
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+def check_bidirectional_attention() -> None:
+    """`bidirectional_attention` (q, k, v read from a GEMM's output, rows possibly wider than 3·D;
+    output new or into a strided column slice) against SDPA on the same q, k, v views: head dims
+    split into a power of two and a padded rest (72 = 64 + 16, 24 = 16 + 16 with 8 of padding) and
+    whole powers of two, group lengths that are no multiple of the tiles; each group's output the
+    same bits alone as inside a batch; nothing outside the output slice written."""
+    from engine.kernels.bidirectional import AttnShape, bidirectional_attention
+    from engine.model.layers import attention
+
+    torch.set_num_threads(1)
+    small = AttnShape(block_m=16, block_n=16, warps=1, stages=1)
+    cases = [(2, 37, 3, 72, 0, small), (3, 50, 2, 24, 0, small), (2, 29, 2, 64, 40, small), (2, 150, 2, 16, 8, None)]
+    for groups, length, heads, hd, extra, shape in cases:
+        g = torch.Generator().manual_seed(hd)
+        d = heads * hd
+        qkv = torch.randn(groups * length, 3 * d + extra, generator=g)  # extra: columns after v (the fc1 part)
+        kw = {"shape": shape} if shape else {}
+        if extra:  # into a column slice of a wider buffer, as the text prefix writes beside its GELU columns
+            z = torch.randn(groups * length, d + extra, generator=g)
+            before = z.clone()
+            got = bidirectional_attention(qkv, groups, heads, out=z[:, :d], **kw)
+            assert got.data_ptr() == z.data_ptr() and torch.equal(z[:, d:], before[:, d:])
+        else:
+            got = bidirectional_attention(qkv, groups, heads, **kw)
+        q, k, v = qkv[:, :3 * d].reshape(groups, length, 3, heads, hd).permute(2, 0, 3, 1, 4)
+        want = attention(q, k, v).transpose(1, 2).reshape(groups * length, d)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        alone = bidirectional_attention(qkv[length:2 * length, :3 * d].contiguous(), 1, heads, **kw)
+        assert torch.equal(alone, got[length:2 * length])
+
+
 def check_fused_sampling() -> None:
     """A point/detect step's fused sampling (`engine.kernels.sample`) against the runner's PyTorch
     sampling, for every `SampleHeads` variant without the full vocabulary: rows in each grammar

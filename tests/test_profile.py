@@ -14,7 +14,11 @@ def test_kernel_names_fall_into_their_categories():
     assert profile.category("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<96>>") \
         == "attention (SDPA flash / efficient)"
     assert profile.category("_attn_chunk_kernel") == profile.category("_prefix_group_kernel") \
-        == "attention (Triton decode/prompt)"
+        == profile.category("_bidir_attn_kernel") == "attention (Triton decode/prompt/prefix)"
+    assert profile.category("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7") \
+        == "attention (SDPA flash / efficient)"
+    assert profile.category("_rope_prefix_kernel") == profile.category("_residual_ln_kernel") \
+        == "rotary + K/V write, fused residual LN"
     assert profile.category("vectorized_layer_norm_kernel<c10::BFloat16>") == "layer norm"
     assert profile.category("GeluCUDAKernelImpl") == "GELU"
     assert profile.category("something_else") == "other elementwise"

@@ -13,6 +13,7 @@ from typing import Literal
 
 import torch
 
+from engine.kernels.bidirectional import BIDIRECTIONAL_SHAPE, AttnShape, bidirectional_attention, split_head
 from engine.kernels.decode import (GROUP_CHOICES, GROUP_MIN_BATCH, available, decode_attention, decode_shape,
                                    group_table, group_table_size, grouping_pays, residual_layernorm, rope_kv_prefix,
                                    rope_kv_write)
@@ -36,6 +37,6 @@ def use_fused(choice: KernelChoice, t: torch.Tensor, head_dim: int) -> bool:
     return ok
 
 
-__all__ = ["GROUP_CHOICES", "GROUP_MIN_BATCH", "KERNEL_CHOICES", "KernelChoice", "available", "choose_spatial",
+__all__ = ["BIDIRECTIONAL_SHAPE", "AttnShape", "bidirectional_attention", "GROUP_CHOICES", "GROUP_MIN_BATCH", "KERNEL_CHOICES", "KernelChoice", "available", "choose_spatial",
            "decode_attention", "decode_shape", "group_table", "group_table_size", "grouping_pays", "prompt_attention",
-           "region_bins", "residual_layernorm", "rope_kv_prefix", "rope_kv_write", "use_fused"]
+           "region_bins", "residual_layernorm", "rope_kv_prefix", "rope_kv_write", "split_head", "use_fused"]

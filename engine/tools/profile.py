@@ -45,10 +45,11 @@ from engine.worker.sampling import SampleHeads
 
 # Kernel name fragments → category, first match wins (lower-case).
 CATEGORIES = (
-    ("attention (Triton decode/prompt)", ("_attn_chunk", "_attn_merge", "_prefix_group", "_prompt_attn")),
+    ("attention (Triton decode/prompt/prefix)", ("_attn_chunk", "_attn_merge", "_prefix_group", "_prompt_attn",
+                                                 "_bidir_attn")),
     ("attention (SDPA flash / efficient)", ("flash", "fmha", "attention", "efficient")),
     ("matrix multiply (cuBLAS / CUTLASS)", ("gemm", "gemv", "cutlass", "sm90", "xmma", "splitk", "cublas")),
-    ("rotary + K/V write, fused residual LN", ("_rope_kv", "_residual_ln", "_res_ln")),
+    ("rotary + K/V write, fused residual LN", ("_rope_kv", "_rope_prefix", "_residual_ln", "_res_ln")),
     ("layer norm", ("layer_norm", "layernorm")),
     ("GELU", ("gelu",)),
     ("softmax / sampling / reductions", ("softmax", "reduce", "argmax", "max_", "sort", "topk")),
