@@ -17,6 +17,7 @@ assert os.environ.get("TRITON_INTERPRET") == "1", "run through tests/test_kernel
 
 from engine.kernels import decode as kernels  # noqa: E402
 from engine.kernels import prompt as kernels_prompt  # noqa: E402
+from engine.kernels import skinny  # noqa: E402
 from engine.model.config import TINY, TextConfig  # noqa: E402
 from engine.model.layers import decode_attention as torch_attention  # noqa: E402
 from engine.model.text import apply_rope_, rope_tables  # noqa: E402
@@ -160,6 +161,39 @@ def check_residual_layernorm() -> None:
             x_plain, h_plain = kernels.residual_layernorm(x, a, (), ln)  # the vision blocks' mode: no biases
             assert torch.equal(x_plain, x + a)
             torch.testing.assert_close(h_plain, ln(x + a), rtol=1e-5, atol=1e-5)
+            parts = torch.randn(3, 5, dim, generator=gen)  # split-K partial sums (skinny_linear), added in order
+            x_split, h_split = kernels.residual_layernorm(x, parts, (b1, b2), ln)
+            want = x + (parts[0] + parts[1] + parts[2]) + (b1 + b2)
+            torch.testing.assert_close(x_split, want, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(h_split, ln(want), rtol=1e-5, atol=1e-5)
+
+
+def check_skinny_linear() -> None:
+    """The decode projections' kernel against x @ wᵀ + b: row counts within and across the 16-row
+    bucket, shapes that are and are not multiples of the tiles, strided input rows, preallocated
+    strided output, split-K partials; each row's result does not depend on the other rows."""
+    gen = torch.Generator().manual_seed(7)
+    shapes = [skinny.SkinnyShape(32, 32, 1, 4, 2), skinny.SkinnyShape(64, 64, 1, 4, 3)]
+    splits = [skinny.SkinnyShape(32, 32, 3, 4, 2), skinny.SkinnyShape(64, 32, 2, 4, 3)]
+    for n, k in ((96, 64), (200, 192), (64, 320)):
+        w = torch.randn(n, k, generator=gen)
+        b = torch.randn(n, generator=gen)
+        for m in (1, 3, 16, 17, 40):
+            x = torch.randn(m, k + 8, generator=gen)[:, 4:4 + k]  # strided rows
+            want = x @ w.t() + b
+            for shape in shapes:
+                got = skinny.skinny_linear(x, w, b, shape=shape)
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+                alone = skinny.skinny_linear(x[:1], w, b, shape=shape)
+                assert torch.equal(alone[0], got[0]), "a row's result depends on the other rows"
+            out = torch.full((m, n + 5), 9.0)
+            skinny.skinny_linear(x, w, b, shape=shapes[0], out=out[:, :n])
+            torch.testing.assert_close(out[:, :n], want, rtol=1e-5, atol=1e-4)
+            assert torch.all(out[:, n:] == 9.0), "wrote outside its output columns"
+            for shape in splits:
+                parts = skinny.skinny_linear(x, w, shape=shape)
+                assert parts.shape == (shape.split_k, m, n) and parts.dtype == torch.float32
+                torch.testing.assert_close(parts.sum(0), want - b, rtol=1e-5, atol=1e-4)
 
 
 def check_vision_fused_blocks() -> None:
@@ -279,12 +313,19 @@ def check_decode_step() -> None:
     positions = torch.tensor([5, 130, 200, 299])
     embeds = torch.randn(4, text.cfg.dim, generator=torch.Generator().manual_seed(5))
     with torch.inference_mode():
-        assert kernels.available(embeds, text.cfg.head_dim)
-        got = text.decode(embeds, fused_kv, positions, 256, kernels="triton")
+        assert kernels.available(embeds, text.cfg.head_dim) and skinny.skinny_applies(embeds)
         want = text.decode(embeds, kv, positions, 256, kernels="torch")
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(fused_kv.k, kv.k, rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(fused_kv.v, kv.v, rtol=1e-6, atol=1e-6)
+        default = skinny.SKINNY_DEFAULT
+        try:  # the projections on skinny_linear, whole and split-K (partials added by the residual kernel)
+            for shape in (default, skinny.SkinnyShape(32, 32, 3, 4, 2)):
+                skinny.SKINNY_DEFAULT = shape
+                step_kv = KVCache(fused_kv.k.clone(), fused_kv.v.clone())
+                got = text.decode(embeds, step_kv, positions, 256, kernels="triton")
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(step_kv.k, kv.k, rtol=1e-6, atol=1e-6)
+                torch.testing.assert_close(step_kv.v, kv.v, rtol=1e-6, atol=1e-6)
+        finally:
+            skinny.SKINNY_DEFAULT = default
 
 
 def check_prefix_prefill() -> None:

@@ -10,7 +10,8 @@ from engine.tools import profile
 
 
 def test_kernel_names_fall_into_their_categories():
-    assert profile.category("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_bias_TNT") == "matrix multiply (cuBLAS / CUTLASS)"
+    assert profile.category("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_bias_TNT") == profile.category("_skinny_kernel") \
+        == "matrix multiply (cuBLAS / CUTLASS / Triton)"
     assert profile.category("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<96>>") \
         == "attention (SDPA flash / efficient)"
     assert profile.category("_attn_chunk_kernel") == profile.category("_prefix_group_kernel") \

@@ -19,6 +19,8 @@ from engine.kernels.decode import (GROUP_CHOICES, GROUP_MIN_BATCH, available, de
                                    rope_kv_write)
 from engine.kernels.prompt import prompt_attention
 from engine.kernels.sample import choose_spatial, region_bins
+from engine.kernels.skinny import (SKINNY_DEFAULT, SKINNY_MAX_ROWS, SKINNY_SHAPES, SkinnyShape, skinny_applies,
+                                   skinny_linear, skinny_shape)
 
 KernelChoice = Literal["auto", "triton", "torch"]
 KERNEL_CHOICES: tuple[str, ...] = ("auto", "triton", "torch")
@@ -39,4 +41,6 @@ def use_fused(choice: KernelChoice, t: torch.Tensor, head_dim: int) -> bool:
 
 __all__ = ["BIDIRECTIONAL_SHAPE", "AttnShape", "bidirectional_attention", "GROUP_CHOICES", "GROUP_MIN_BATCH", "KERNEL_CHOICES", "KernelChoice", "available", "choose_spatial",
            "decode_attention", "decode_shape", "group_table", "group_table_size", "grouping_pays", "prompt_attention",
-           "region_bins", "residual_layernorm", "rope_kv_prefix", "rope_kv_write", "split_head", "use_fused"]
+           "region_bins", "residual_layernorm", "rope_kv_prefix", "rope_kv_write", "split_head", "use_fused",
+           "SKINNY_DEFAULT", "SKINNY_MAX_ROWS", "SKINNY_SHAPES", "SkinnyShape", "skinny_applies", "skinny_linear",
+           "skinny_shape"]

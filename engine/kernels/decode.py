@@ -333,14 +333,21 @@ if triton is not None:
         tl.store(out_ptr + (bh // H) * stride_out + (bh % H) * HD + d, total.to(out_ptr.dtype.element_ty))
 
     @triton.jit
-    def _residual_ln_kernel(x_ptr, a_ptr, b_ptr, c_ptr, w_ptr, bias_ptr, x_out_ptr, h_out_ptr, eps,
-                            D: tl.constexpr, BLOCK_D: tl.constexpr, BIASES: tl.constexpr, NORM: tl.constexpr):
+    def _residual_ln_kernel(x_ptr, a_ptr, b_ptr, c_ptr, w_ptr, bias_ptr, x_out_ptr, h_out_ptr, eps, stride_split,
+                            D: tl.constexpr, BLOCK_D: tl.constexpr, BIASES: tl.constexpr, NORM: tl.constexpr,
+                            SPLITS: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         d = tl.arange(0, BLOCK_D)
         inside = d < D
-        # x + a (+ b + c, bias vectors [D]), summed in fp32 and rounded once
-        x = (tl.load(x_ptr + row * D + d, mask=inside, other=0.0).to(tl.float32)
-             + tl.load(a_ptr + row * D + d, mask=inside, other=0.0).to(tl.float32))
+        # x + a (+ b + c, bias vectors [D]), summed in fp32 and rounded once; with SPLITS, a is the
+        # fp32 partial sums [SPLITS, rows, D] of a split-K product (`skinny_linear`), added in order
+        if SPLITS == 0:
+            a = tl.load(a_ptr + row * D + d, mask=inside, other=0.0).to(tl.float32)
+        else:
+            a = tl.load(a_ptr + row * D + d, mask=inside, other=0.0)
+            for s in tl.static_range(1, SPLITS):
+                a += tl.load(a_ptr + s * stride_split + row * D + d, mask=inside, other=0.0)
+        x = tl.load(x_ptr + row * D + d, mask=inside, other=0.0).to(tl.float32) + a
         if BIASES:
             x += (tl.load(b_ptr + d, mask=inside, other=0.0).to(tl.float32)
                   + tl.load(c_ptr + d, mask=inside, other=0.0).to(tl.float32))
@@ -360,19 +367,22 @@ def residual_layernorm(x: torch.Tensor, a: torch.Tensor, biases: tuple[torch.Ten
                        ln: torch.nn.LayerNorm | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A residual add and the next LayerNorm in one pass: x + a (+ biases[0] + biases[1]), summed
     in fp32 and rounded once, and, when `ln` is given, its LayerNorm: (x_new, ln(x_new) or None).
-    x, a [rows, D] and the bias vectors [D], contiguous. The decode step's parallel block passes
+    x, a [rows, D] and the bias vectors [D], contiguous; a may instead be the fp32 partial sums
+    [splits, rows, D] of a split-K `skinny_linear`, added in order. The decode step's parallel block passes
     both projections' biases (one GEMM over both, `FusedProjections`); the vision tower's blocks,
     whose GEMMs add their bias, pass none."""
     rows, dim = x.shape
-    assert x.is_contiguous() and a.is_contiguous() and a.shape == x.shape
+    splits = a.shape[0] if a.dim() == 3 else 0
+    assert x.is_contiguous() and a.is_contiguous() and a.shape[-2:] == x.shape
+    assert splits == 0 or a.dtype == torch.float32
     assert len(biases) in (0, 2) and all(b.is_contiguous() and b.shape == (dim,) for b in biases)
     b1, b2 = biases if biases else (x, x)
     x_new = torch.empty_like(x)
     h = torch.empty_like(x) if ln is not None else x_new
     _residual_ln_kernel[(rows,)](x, a, b1, b2, ln.weight if ln is not None else x, ln.bias if ln is not None else x,
-                                 x_new, h, ln.eps if ln is not None else 0.0,
+                                 x_new, h, ln.eps if ln is not None else 0.0, a.stride(0) if splits else 0,
                                  D=dim, BLOCK_D=triton.next_power_of_2(dim), BIASES=bool(biases), NORM=ln is not None,
-                                 num_warps=4 if dim >= 1024 else 1)
+                                 SPLITS=splits, num_warps=4 if dim >= 1024 else 1)
     return x_new, h if ln is not None else None
 
 

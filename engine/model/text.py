@@ -357,7 +357,9 @@ class TextModel(nn.Module):
     def _decode_fused(self, embeds: torch.Tensor, kv: KVCache, positions: torch.Tensor, attn_len: int,
                       prefix: SharedPrefix | None, grouped: bool) -> torch.Tensor:
         """Six kernels a layer: [qkv | fc1] GEMM; rotary + K/V write + GELU; split-K attention and its
-        merge, which writes beside the GELU output; [proj | fc2] GEMM; residual + next LayerNorm."""
+        merge, which writes beside the GELU output; [proj | fc2] GEMM; residual + next LayerNorm.
+        For batches of 16-bit rows up to `SKINNY_MAX_ROWS` the GEMMs are `skinny_linear`, whose
+        [proj | fc2] may leave fp32 partial sums that the residual kernel adds."""
         if self.blocks[0].fused is None:
             self.fuse_projections()
         cos, sin = self.rope(embeds.device)
@@ -365,10 +367,12 @@ class TextModel(nn.Module):
         b, d = embeds.shape
         x = embeds.contiguous()
         h = self.blocks[0].ln(x)
+        skinny = _kernels.skinny_applies(x)  # the projections on the few-rows kernel (fp32 partials out of [proj | fc2])
         for layer, block in enumerate(self.blocks):
             f = block.fused
             kl, vl = kv.k[layer], kv.v[layer]
-            y = torch.nn.functional.linear(h, f.w_in, f.b_in)  # [B, 3D + F]: q, k, v, fc1
+            y = (_kernels.skinny_linear(h, f.w_in, f.b_in) if skinny
+                 else torch.nn.functional.linear(h, f.w_in, f.b_in))  # [B, 3D + F]: q, k, v, fc1
             z = torch.empty(b, f.w_out.shape[1], device=x.device, dtype=x.dtype)  # [B, D + F]: attention | GELU
             q = _kernels.rope_kv_write(y, cos, sin, positions, kl, vl, self.cfg.rotary_dims, gelu_out=z[:, d:])
             _kernels.decode_attention(q, kl, vl, positions, attn_len,
@@ -376,5 +380,6 @@ class TextModel(nn.Module):
                                       groups=prefix.groups if prefix is not None and grouped else None, out=z[:, :d])
             # The residual adds (with both biases) and the next block's LayerNorm are one kernel.
             following = self.blocks[layer + 1].ln if layer + 1 < len(self.blocks) else None
-            x, h = _kernels.residual_layernorm(x, torch.mm(z, f.w_out.t()), (f.b_proj, f.b_fc2), following)
+            a = _kernels.skinny_linear(z, f.w_out) if skinny else torch.mm(z, f.w_out.t())  # [B, D] or [splits, B, D] fp32
+            x, h = _kernels.residual_layernorm(x, a, (f.b_proj, f.b_fc2), following)
         return x
