@@ -5,6 +5,9 @@
 #   OUT=DIR bash docs/experiments/session45_calls.sh final [ROUNDS]  (the committed shapes: engine.bench A/B, verify,
 #                                                              one-image check, loadbench detect unique A/B)
 #   OUT=DIR bash docs/experiments/session45_calls.sh confirm  (engine.bench A/B, loadbench detect unique A/B, engine.bench A/B)
+#   OUT=DIR bash docs/experiments/session45_calls.sh split    ([qkv | fc1] split too: sweep, engine.bench A/B, verify, one-image;
+#                                                              see the stage's note)
+#   OUT=DIR bash docs/experiments/session45_calls.sh table    (engine.bench A/B, then the whole engine.loadbench table)
 # Results in $OUT/results.tgz, re-packed after each stage.
 source docs/experiments/device_env.sh
 R=$OUT/r; mkdir -p $R
@@ -50,5 +53,18 @@ case $1 in
     done
     pack
     bench_ab 2 new
+    ;;
+  split)  # [qkv | fc1] split K too: sweep, then engine.bench A/B against .wt/old with the sweep's winners, verify and
+          # the one-image check with them. Run in session 45 with rope_kv_write adding the partials (since reverted:
+          # split 1 won at every row count, so both sides of that A/B ran the same shapes)
+    python3 docs/experiments/skinny_gemm_check.py --split-in --json $R/skinny.json 2>&1 | tee $R/skinny-split.txt | grep -v "^  "; pack
+    bench_ab 1 swept
+    swept engine.verify --weights assets/model --device cuda --dtype bf16 2>&1 | tail -1 | tee $R/verify-bf16.txt
+    swept docs/experiments/one_image_check.py > $R/one-image.txt 2>&1; grep -E "PASS|FAIL" $R/one-image.txt; pack
+    bench_ab 2 swept
+    ;;
+  table)  # engine.bench A/B against .wt/old (the commit before the kernel), then this tree's whole loadbench table
+    bench_ab 1 new
+    new engine.loadbench --device cuda --json $R/loadbench.json > $R/loadbench.txt 2>&1; tail -16 $R/loadbench.txt; pack
     ;;
 esac

@@ -5,9 +5,11 @@ Moondream 2's text shapes: per layer [qkv | fc1] = [14336, 2048] with bias and [
 For each row count, every candidate launch shape runs the 24 layers' products of one matrix in a
 CUDA graph; the time is the median of 5 timings of 10 replays. Accuracy: one layer against the
 fp32 product, beside cuBLAS's. The winners are printed as `SKINNY_SHAPES` entries;
-`--narrow` tries 16- and 32-row weight tiles for [qkv | fc1].
+`--narrow` tries 16- and 32-row weight tiles for [qkv | fc1], `--split-in` splits its K (kernel
+time only: in session 45 `rope_kv_write` was made to add such partials with the bias, split 1 still
+won at every row count, and that change was reverted).
 
-    python3 docs/experiments/skinny_gemm_check.py [--rows 1,64,8,32] [--quick | --narrow] [--json OUT]
+    python3 docs/experiments/skinny_gemm_check.py [--rows 1,64,8,32] [--quick | --narrow | --split-in] [--json OUT]
 """
 
 from __future__ import annotations
@@ -56,7 +58,9 @@ def timed(fn, layers: int) -> float:
     return statistics.median(times)
 
 
-def candidates(split: bool, quick: bool, narrow: bool = False) -> list[SkinnyShape]:
+def candidates(split: bool, quick: bool, narrow: bool = False, split_in: bool = False) -> list[SkinnyShape]:
+    if split_in:  # [qkv | fc1] split too (its fp32 partials would need a consumer that adds the bias)
+        return [SkinnyShape(bn, bk, sp, 4, st) for bn, bk, sp, st in itertools.product((64, 128), (128, 256), (1, 2, 4), (3, 5))]
     if narrow:  # 16 or 32 weight rows a program: more programs, a shorter tail (not wgmma's 64-row side)
         return [SkinnyShape(bn, bk, 1, w, st) for bn, bk, w, st in
                 itertools.product((16, 32), (128, 256, 512), (2, 4), (3, 5)) if bn * bk <= 8192]
@@ -73,6 +77,7 @@ def main() -> None:
     p.add_argument("--rows", default="1,64,8,32", help="1 and 64 first: the rows between try their best four")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--narrow", action="store_true", help="[qkv | fc1] only, 16- and 32-row weight tiles")
+    p.add_argument("--split-in", action="store_true", help="[qkv | fc1] only, split K in 1, 2 or 4")
     p.add_argument("--json")
     args = p.parse_args()
     torch.manual_seed(0)
@@ -95,21 +100,23 @@ def main() -> None:
         err_cublas = (rel(torch.nn.functional.linear(h, w_in[0], b_in[0]), ref_in), rel(torch.mm(z, w_out[0].t()), ref_out))
         row = {"rows": m, "bucket": row_bucket(m)}
         row["cublas_in_ms"] = timed(lambda l: torch.nn.functional.linear(h, w_in[l], b_in[l]), LAYERS)
-        row["cublas_out_ms"] = timed(lambda l: torch.mm(z, w_out[l].t()), LAYERS) if not args.narrow else None
+        row["cublas_out_ms"] = (timed(lambda l: torch.mm(z, w_out[l].t()), LAYERS)
+                                if not (args.narrow or args.split_in) else None)
         row["cublas_rel_err"] = err_cublas
         for name, split, fn, ref, gb in (
-                ("in", False, lambda sh: (lambda l: skinny_linear(h, w_in[l], b_in[l], shape=sh)), ref_in, gb_in),
+                ("in", False, lambda sh: (lambda l: skinny_linear(h, w_in[l], b_in[l] if sh.split_k == 1 else None,
+                                                                  shape=sh)), ref_in, gb_in),
                 ("out", True, lambda sh: (lambda l: skinny_linear(z, w_out[l], shape=sh)), ref_out, gb_out)):
             results = []
-            if args.narrow and split:
+            if (args.narrow or args.split_in) and split:
                 continue
-            shapes = candidates(split, args.quick, args.narrow)
+            shapes = candidates(split, args.quick, args.narrow, args.split_in)
             if m not in (1, 64) and {(name, 1), (name, 64)} <= set(tops):  # in between: the ends' best four
                 shapes = list(dict.fromkeys(SkinnyShape(*s) for r in (1, 64) for s in tops[(name, r)]))
             for sh in shapes:
                 try:
                     y = fn(sh)(0)
-                    y = y.sum(0) if y.dim() == 3 else y
+                    y = y.sum(0) + (b_in[0].float() if name == "in" else 0) if y.dim() == 3 else y
                     err = rel(y, ref)
                     ms = timed(fn(sh), LAYERS)
                 except Exception as e:  # a shape that does not compile or fit

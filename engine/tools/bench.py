@@ -42,6 +42,7 @@ from engine import kernels
 from engine.model.checkpoint import init_random_, parse_dtype
 from engine.model.config import PRESETS
 from engine.serving.engine import Engine
+from engine.serving.limits import kv_positions
 from engine.model.moondream import MoondreamModel
 from engine.serving.skills import prompt_ids
 from engine.training.vocab import stand_in_tokenizer
@@ -199,15 +200,23 @@ def main(argv: list[str] | None = None) -> int:
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
     if args.task == "query":
         return query_main(args, model, tokenizer, dtype, gpu)
+    first_pos = cfg.prefix_len + len(prompt_ids(cfg.tokens, lambda t: tokenizer.encode(t).ids, "detect", "object"))
+    last_pos = first_pos + 3 * args.objects + 1
     for batch in batches:
-        engines = {mode: Engine(model, tokenizer, max_batch=batch, pipelined=mode == "pipelined", prefix_cache_size=0,
-                                repeat_guard=False, max_len=args.max_len, kernels=args.kernels,
-                                group_prefix=args.group_prefix)
-                   for mode in ("blocking", "pipelined")}
-        first_pos = cfg.prefix_len + len(prompt_ids(cfg.tokens, lambda t: tokenizer.encode(t).ids, "detect", "object"))
-        last_pos = first_pos + 3 * args.objects + 1
-        for engine in engines.values():
-            engine.runner.capture_all(last_pos)
+        try:  # two engines of `batch` rows at once: with the whole context a row, 64 rows fill an 80 GB GPU
+            engines = {mode: Engine(model, tokenizer, max_batch=batch, pipelined=mode == "pipelined", prefix_cache_size=0,
+                                    repeat_guard=False, max_len=args.max_len, kernels=args.kernels,
+                                    group_prefix=args.group_prefix)
+                       for mode in ("blocking", "pipelined")}
+            for engine in engines.values():
+                engine.runner.capture_all(last_pos)
+        except torch.OutOfMemoryError:
+            row = args.max_len or cfg.text.max_context
+            prompt = len(prompt_ids(cfg.tokens, lambda t: tokenizer.encode(t).ids, "detect", "object"))
+            need = kv_positions(cfg.prefix_len, prompt, "detect", args.objects) + 1  # the engine's row holds its scratch after them
+            raise SystemExit(f"engine.bench: out of {args.device} memory for two engines of {batch} rows of {row} KV "
+                             f"positions; this run needs {need} a row: pass --max-len {need} (or more), "
+                             "or a smaller --batch") from None
         per_image = {"distinct": 1, "same": batch}.get(args.images) or int(args.images)  # rows per image
         images = [(rng.random((378, 378, 3)) * 255).astype(np.uint8) for _ in range(-(-batch // per_image))]
         images = [images[i // per_image] for i in range(batch)]  # rows of one image share its prefix slot
