@@ -2,8 +2,8 @@
 
 Why: at decode a layer's two GEMMs ([qkv | fc1] and [proj | fc2], `FusedProjections`) multiply 1–64
 rows by ~100 MB of weights, so the step time is the time to stream the weights. cuBLAS picks narrow
-tiles (64 × 8) for these shapes and read them at 62–69 % of the GPU's bandwidth (README,
-"Decode-step performance"). This kernel puts the weights on the tensor cores' wide side ("swap
+tiles (64 × 8) for these shapes and reads them at 59–76 % of an H100's bandwidth (README, "Session
+45" under "Whole requests under load"). This kernel puts the weights on the tensor cores' wide side ("swap
 A and B"): a program multiplies BLOCK_N weight rows by all the input rows (padded to 16), streaming
 BLOCK_K-wide slices of the weights through a software pipeline of `stages` copies.
 
@@ -42,7 +42,7 @@ SKINNY_MAX_ROWS = 64
 
 # Launch shapes by matrix (output columns N, depth K), from a sweep on an H100 against cuBLAS at 1, 8,
 # 32 and 64 rows, where one shape won at every row count (docs/experiments/skinny_gemm_check.py,
-# README "Decode-step performance"). Moondream 2's [qkv | fc1] and [proj | fc2]; any other matrix
+# README "Session 45"). Moondream 2's [qkv | fc1] and [proj | fc2]; any other matrix
 # takes SKINNY_DEFAULT (not split).
 SKINNY_DEFAULT = SkinnyShape(block_n=64, block_k=128, split_k=1, warps=4, stages=3)
 SKINNY_SHAPES: dict[tuple[int, int], SkinnyShape] = {
