@@ -53,7 +53,7 @@ SKINNY_SHAPES: dict[tuple[int, int], SkinnyShape] = {
 
 def row_bucket(rows: int) -> int:
     """The padded row count a launch uses: 16 (tl.dot's least), 32 or 64."""
-    return max(16, triton.next_power_of_2(rows)) if triton is not None else max(16, 1 << (rows - 1).bit_length())
+    return max(16, 1 << (rows - 1).bit_length())
 
 
 def skinny_applies(x: torch.Tensor) -> bool:

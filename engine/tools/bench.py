@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
     if args.task == "query":
         return query_main(args, model, tokenizer, dtype, gpu)
-    first_pos = cfg.prefix_len + len(prompt_ids(cfg.tokens, lambda t: tokenizer.encode(t).ids, "detect", "object"))
+    prompt_len = len(prompt_ids(cfg.tokens, lambda t: tokenizer.encode(t).ids, "detect", "object"))
+    first_pos = cfg.prefix_len + prompt_len
     last_pos = first_pos + 3 * args.objects + 1
     for batch in batches:
         try:  # two engines of `batch` rows at once: with the whole context a row, 64 rows fill an 80 GB GPU
@@ -212,8 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 engine.runner.capture_all(last_pos)
         except torch.OutOfMemoryError:
             row = args.max_len or cfg.text.max_context
-            prompt = len(prompt_ids(cfg.tokens, lambda t: tokenizer.encode(t).ids, "detect", "object"))
-            need = kv_positions(cfg.prefix_len, prompt, "detect", args.objects) + 1  # the engine's row holds its scratch after them
+            need = kv_positions(cfg.prefix_len, prompt_len, "detect", args.objects) + 1  # the engine's row holds its scratch after them
             raise SystemExit(f"engine.bench: out of {args.device} memory for two engines of {batch} rows of {row} KV "
                              f"positions; this run needs {need} a row: pass --max-len {need} (or more), "
                              "or a smaller --batch") from None
