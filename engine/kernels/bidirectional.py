@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-from engine.kernels.decode import dot_precision, triton
+from engine.kernels.decode import dot_precision, pdl, triton
 
 
 class AttnShape(NamedTuple):
@@ -52,10 +52,14 @@ def split_head(head_dim: int) -> tuple[int, int]:
 if triton is not None:
     import triton.language as tl
 
+    from engine.kernels.decode import dependent_launch
+
     @triton.jit
     def _bidir_attn_kernel(qkv_ptr, out_ptr, L, qk_scale, stride_in, stride_out,
                            H: tl.constexpr, HD: tl.constexpr, HA: tl.constexpr, HB: tl.constexpr,
-                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+                           PDL: tl.constexpr):
+        dependent_launch(PDL)
         # qkv rows [groups·L, ≥ 3·H·HD]: q | k | v, each head's HD columns together; out rows [groups·L, H·HD]
         D: tl.constexpr = H * HD
         group = tl.program_id(1) // H
@@ -118,7 +122,9 @@ def bidirectional_attention(qkv: torch.Tensor, groups: int, heads: int, out: tor
     a, b = split_head(hd)
     length = rows // groups
     grid = (triton.cdiv(length, shape.block_m), groups * heads)
+    on = pdl(qkv)
     _bidir_attn_kernel[grid](qkv, out, length, hd ** -0.5 * math.log2(math.e), qkv.stride(0), out.stride(0),
                              H=heads, HD=hd, HA=a, HB=b, BLOCK_M=shape.block_m, BLOCK_N=shape.block_n,
-                             PRECISION=dot_precision(qkv.dtype), num_warps=shape.warps, num_stages=shape.stages)
+                             PRECISION=dot_precision(qkv.dtype), PDL=on, launch_pdl=on, num_warps=shape.warps,
+                             num_stages=shape.stages)
     return out

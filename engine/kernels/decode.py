@@ -30,6 +30,7 @@ its fp32 softmax), output rounded once.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -117,6 +118,25 @@ def group_table(slots: np.ndarray, out: np.ndarray) -> None:
 # through Triton's interpreter: that is how tests/test_kernels.py checks them without a GPU.
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
+# Programmatic dependent launch (Hopper and later): the decode step's kernels (these and
+# `skinny_linear`) are launched so that the GPU may start each one while the kernel before it is still
+# running. Every such kernel first waits (griddepcontrol.wait) until the kernel before it has finished
+# and its writes are visible, and only then reads or writes memory, so results are unchanged; what is
+# saved is the gap between kernels, ~150 of them a step (README, "Session 46"). False: plain launches.
+PDL = True
+
+
+@functools.cache
+def _capability(index: int) -> int:
+    return torch.cuda.get_device_capability(index)[0]
+
+
+def pdl(t: torch.Tensor) -> bool:
+    """Whether kernels on t's device are launched with programmatic dependent launch (`PDL`): CUDA
+    devices of compute capability 9 or later (never under the interpreter)."""
+    return PDL and t.is_cuda and not INTERPRETED and _capability(t.device.index if t.device.index is not None
+                                                                  else torch.cuda.current_device()) >= 9
+
 
 def available(t: torch.Tensor, head_dim: int) -> bool:
     """Whether the fused kernels run for tensors like `t` (tl.arange needs a power-of-two head)."""
@@ -127,9 +147,20 @@ def available(t: torch.Tensor, head_dim: int) -> bool:
 
 if triton is not None:
     @triton.jit
+    def dependent_launch(PDL: tl.constexpr):
+        """Under programmatic dependent launch (`PDL`), a kernel's first step: wait until the kernel
+        before it has finished (its writes visible), then let the GPU start the kernel after this one
+        (which waits in turn); before this, a kernel must not touch memory another kernel writes."""
+        if PDL:
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+
+    @triton.jit
     def _rope_kv_kernel(qkv_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, g_ptr,
                         stride_qkv, stride_row, stride_head, stride_pos, stride_g, ff,
-                        H: tl.constexpr, HD: tl.constexpr, ROT: tl.constexpr, GELU_BLOCK: tl.constexpr):
+                        H: tl.constexpr, HD: tl.constexpr, ROT: tl.constexpr, GELU_BLOCK: tl.constexpr,
+                        PDL: tl.constexpr):
+        dependent_launch(PDL)
         b = tl.program_id(0)
         h = tl.program_id(1)
         if h >= H:  # a GELU program: block h - H of the MLP's first projection, past q, k, v
@@ -162,11 +193,12 @@ if triton is not None:
     def _rope_prefix_kernel(qkv_ptr, cos_ptr, sin_ptr, rows_ptr, k_ptr, v_ptr, g_ptr,
                             stride_qkv, stride_row, stride_head, stride_pos, stride_g, ff, seq, tokens,
                             H: tl.constexpr, HD: tl.constexpr, ROT: tl.constexpr, GELU_BLOCK: tl.constexpr,
-                            TOKENS: tl.constexpr):
+                            TOKENS: tl.constexpr, PDL: tl.constexpr):
         # `_rope_kv_kernel` for whole image prefixes, TOKENS tokens a program: program (i, 0) rotates
         # every head of tokens i·TOKENS.. (token t: position t % seq of cache row rows[t // seq]),
         # program (i, g > 0) applies GELU to their MLP columns' block g - 1. The rotated q and k
         # replace their inputs in qkv.
+        dependent_launch(PDL)
         t0 = tl.program_id(0) * TOKENS
         g = tl.program_id(1)
         if g > 0:
@@ -225,12 +257,13 @@ if triton is not None:
     def _prefix_group_kernel(q_ptr, pk_ptr, pv_ptr, table_ptr, m_ptr, l_ptr, acc_ptr, qk_scale,
                              pstride_slot, pstride_head, pstride_pos, groups_max,
                              H: tl.constexpr, HD: tl.constexpr, SPLITS: tl.constexpr, G: tl.constexpr,
-                             BLOCK: tl.constexpr, STEP: tl.constexpr, PRECISION: tl.constexpr):
+                             BLOCK: tl.constexpr, STEP: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
         """Key chunks that lie wholly inside the image prefix, for groups of up to G rows that read
         one prefix slot: the chunk is loaded once per group and multiplied with all the group's
         queries on the tensor cores (rows of one image then share one read, not G). Writes the
         same per-(row, head, chunk) partials as `_attn_chunk_kernel`; every row sees the whole prefix.
         table: [groups_max, G] rows (-1: none), [groups_max] slot per group, [1] number of groups."""
+        dependent_launch(PDL)
         h = tl.program_id(0)
         split = tl.program_id(1)
         n = split * BLOCK + tl.arange(0, BLOCK)
@@ -269,7 +302,8 @@ if triton is not None:
                            pk_ptr, pv_ptr, slot_ptr, prefix_len, pstride_slot, pstride_head, pstride_pos,
                            H: tl.constexpr, HD: tl.constexpr, SPLITS: tl.constexpr,
                            CHUNK_: tl.constexpr, BLOCK: tl.constexpr, SHARED: tl.constexpr, FIRST: tl.constexpr,
-                           STAGES: tl.constexpr):
+                           STAGES: tl.constexpr, PDL: tl.constexpr):
+        dependent_launch(PDL)
         bh = tl.program_id(0)
         # Chunks before FIRST are `_prefix_group_kernel`'s. A compile-time constant: as a runtime argument
         # it made the per-row step measurably slower (README, "Whole requests under load").
@@ -320,7 +354,9 @@ if triton is not None:
 
     @triton.jit
     def _attn_merge_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, stride_out,
-                           H: tl.constexpr, HD: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr):
+                           H: tl.constexpr, HD: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
+                           PDL: tl.constexpr):
+        dependent_launch(PDL)
         bh = tl.program_id(0)
         s = tl.arange(0, SPLITS_P2)
         d = tl.arange(0, HD)
@@ -335,7 +371,8 @@ if triton is not None:
     @triton.jit
     def _residual_ln_kernel(x_ptr, a_ptr, b_ptr, c_ptr, w_ptr, bias_ptr, x_out_ptr, h_out_ptr, eps, stride_split,
                             D: tl.constexpr, BLOCK_D: tl.constexpr, BIASES: tl.constexpr, NORM: tl.constexpr,
-                            SPLITS: tl.constexpr):
+                            SPLITS: tl.constexpr, PDL: tl.constexpr):
+        dependent_launch(PDL)
         row = tl.program_id(0).to(tl.int64)
         d = tl.arange(0, BLOCK_D)
         inside = d < D
@@ -379,10 +416,11 @@ def residual_layernorm(x: torch.Tensor, a: torch.Tensor, biases: tuple[torch.Ten
     b1, b2 = biases if biases else (x, x)
     x_new = torch.empty_like(x)
     h = torch.empty_like(x) if ln is not None else x_new
+    on = pdl(x)
     _residual_ln_kernel[(rows,)](x, a, b1, b2, ln.weight if ln is not None else x, ln.bias if ln is not None else x,
                                  x_new, h, ln.eps if ln is not None else 0.0, a.stride(0) if splits else 0,
                                  D=dim, BLOCK_D=triton.next_power_of_2(dim), BIASES=bool(biases), NORM=ln is not None,
-                                 SPLITS=splits, num_warps=4 if dim >= 1024 else 1)
+                                 SPLITS=splits, PDL=on, launch_pdl=on, num_warps=4 if dim >= 1024 else 1)
     return x_new, h if ln is not None else None
 
 
@@ -404,10 +442,11 @@ def rope_kv_write(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, posit
     positions = positions.contiguous()  # read as positions[b] at offset b
     q = torch.empty(b, h, hd, device=qkv.device, dtype=qkv.dtype)
     g = q if gelu_out is None else gelu_out
+    on = pdl(qkv)
     _rope_kv_kernel[(b, h + triton.cdiv(ff, GELU_BLOCK))](
         qkv, cos, sin, positions, q, k_cache, v_cache, g,
         qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), g.stride(0), ff,
-        H=h, HD=hd, ROT=rotary_dims, GELU_BLOCK=GELU_BLOCK, num_warps=1)
+        H=h, HD=hd, ROT=rotary_dims, GELU_BLOCK=GELU_BLOCK, PDL=on, launch_pdl=on, num_warps=1)
     return q
 
 
@@ -428,10 +467,11 @@ def rope_kv_prefix(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rows
     assert cos.is_contiguous() and sin.is_contiguous() and cos.shape[1] == rotary_dims and cos.shape[0] >= seq
     per = max(1, PREFIX_ROPE_PAIRS // h)  # tokens a program
     cols = min(max(PREFIX_GELU_ELEMENTS // per, 16), triton.next_power_of_2(ff))  # GELU columns a program
+    on = pdl(qkv)
     _rope_prefix_kernel[(triton.cdiv(tokens, per), 1 + triton.cdiv(ff, cols))](
         qkv, cos, sin, rows.contiguous(), k_cache, v_cache, gelu_out,
         qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), gelu_out.stride(0), ff, seq, tokens,
-        H=h, HD=hd, ROT=rotary_dims, GELU_BLOCK=cols, TOKENS=per, num_warps=4)
+        H=h, HD=hd, ROT=rotary_dims, GELU_BLOCK=cols, TOKENS=per, PDL=on, launch_pdl=on, num_warps=4)
 
 
 def dot_precision(dtype: torch.dtype) -> str:
@@ -485,6 +525,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     l = torch.empty_like(m)
     acc = torch.empty(b * h * splits, hd, device=q.device, dtype=torch.float32)
     first = 0
+    on = pdl(q)
     if groups is not None and prefix is not None:
         assert chunk == block and attn_len >= shared[3], "grouped prefix chunks need chunk == block and attn_len ≥ P"
         first = shared[3] // chunk  # chunks wholly inside the prefix
@@ -494,16 +535,16 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             _prefix_group_kernel[(h, first, step)](
                 q, shared[0], shared[1], groups, m, l, acc, hd ** -0.5 * math.log2(math.e), *shared[4:], groups_max,
                 H=h, HD=hd, SPLITS=splits, G=GROUP_ROWS, BLOCK=block, STEP=step,
-                PRECISION=dot_precision(q.dtype), num_warps=4)
+                PRECISION=dot_precision(q.dtype), PDL=on, launch_pdl=on, num_warps=4)
     _attn_chunk_kernel[(b * h, splits - first)](q, k_cache, v_cache, positions, m, l, acc,
                                                 k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), attn_len,
                                                 hd ** -0.5 * math.log2(math.e), *shared,
                                                 H=h, HD=hd, SPLITS=splits, CHUNK_=chunk, BLOCK=block,
                                                 SHARED=prefix is not None, FIRST=first, STAGES=stages,
-                                                num_warps=num_warps)
+                                                PDL=on, launch_pdl=on, num_warps=num_warps)
     if out is None:
         out = torch.empty(b, h * hd, device=q.device, dtype=q.dtype)
     assert out.shape == (b, h * hd) and out.stride(1) == 1 and out.dtype == q.dtype
     _attn_merge_kernel[(b * h,)](m, l, acc, out, out.stride(0), H=h, HD=hd, SPLITS=splits,
-                                 SPLITS_P2=triton.next_power_of_2(splits), num_warps=1)
+                                 SPLITS_P2=triton.next_power_of_2(splits), PDL=on, launch_pdl=on, num_warps=1)
     return out

@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from engine.kernels.decode import dot_precision, shared_prefix_args, triton
+from engine.kernels.decode import dot_precision, pdl, shared_prefix_args, triton
 
 BLOCK_N = 64   # keys per inner iteration
 
@@ -24,14 +24,15 @@ BLOCK_N = 64   # keys per inner iteration
 if triton is not None:
     import triton.language as tl
 
-    from engine.kernels.decode import prefix_or_row_block
+    from engine.kernels.decode import dependent_launch, prefix_or_row_block
 
     @triton.jit
     def _prompt_attn_kernel(q_ptr, k_ptr, v_ptr, rows_ptr, pos_ptr, out_ptr, end, qk_scale,
                             stride_row, stride_head, stride_pos,
                             pk_ptr, pv_ptr, slot_ptr, prefix_len, pstride_slot, pstride_head, pstride_pos,
                             H: tl.constexpr, HD: tl.constexpr, L: tl.constexpr, BLOCK: tl.constexpr,
-                            SHARED: tl.constexpr, PRECISION: tl.constexpr):
+                            SHARED: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
+        dependent_launch(PDL)
         bh = tl.program_id(0)
         b = bh // H
         h = bh % H
@@ -86,9 +87,10 @@ def prompt_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     q = q.contiguous()
     rows = rows.contiguous()  # the kernel reads rows[b] at offset b: a strided view (the runner's) needs a copy
     out = torch.empty_like(q)
+    on = pdl(q)
     _prompt_attn_kernel[(b * h,)](q, k_cache, v_cache, rows, pos.contiguous(), out, end,
                                   hd ** -0.5 * math.log2(math.e), k_cache.stride(0), k_cache.stride(1),
                                   k_cache.stride(2), *shared_prefix_args(prefix, k_cache, rows),
                                   H=h, HD=hd, L=n, BLOCK=block, SHARED=prefix is not None,
-                                  PRECISION=dot_precision(q.dtype), num_warps=4)
+                                  PRECISION=dot_precision(q.dtype), PDL=on, launch_pdl=on, num_warps=4)
     return out.view(b, n, h * hd)

@@ -21,15 +21,19 @@ from __future__ import annotations
 
 import torch
 
-from engine.kernels.decode import triton
+from engine.kernels.decode import pdl, triton
 
 if triton is not None:
     import triton.language as tl
 
+    from engine.kernels.decode import dependent_launch
+
     @triton.jit
     def _choose_kernel(logits_ptr, allowed_ptr, states_ptr, act_ptr, ids_ptr, pending_ptr, token_ptr,
                        probs_ptr, coords_ptr, sizes_ptr,
-                       K: tl.constexpr, BLOCK: tl.constexpr, COORD: tl.constexpr, EOS: tl.constexpr):
+                       K: tl.constexpr, BLOCK: tl.constexpr, COORD: tl.constexpr, EOS: tl.constexpr,
+                       PDL: tl.constexpr):
+        dependent_launch(PDL)
         r = tl.program_id(0)
         k = tl.arange(0, BLOCK)
         inside = k < K
@@ -51,7 +55,8 @@ if triton is not None:
     @triton.jit
     def _bins_kernel(logits_ptr, act_ptr, table_ptr, pending_ptr, value_ptr, probs_ptr,
                      N: tl.constexpr, BLOCK: tl.constexpr, PER_ROW: tl.constexpr, PROB_COL: tl.constexpr,
-                     REACH: tl.constexpr):
+                     REACH: tl.constexpr, PDL: tl.constexpr):
+        dependent_launch(PDL)
         r = tl.program_id(0)
         b = r // PER_ROW
         i = tl.arange(0, BLOCK)
@@ -80,8 +85,10 @@ def choose_spatial(logits: torch.Tensor, allowed: torch.Tensor, states: torch.Te
     for t in (logits, allowed, states, active, ids, pending, tokens, probs, coords, sizes):
         assert t.is_contiguous()
     assert allowed.shape[1] == k and probs.shape == (b, 4) and sizes.shape == (b, 2)
+    on = pdl(logits)
     _choose_kernel[(b,)](logits, allowed, states, active, ids, pending, tokens, probs, coords, sizes,
-                         K=k, BLOCK=triton.next_power_of_2(max(k, 2)), COORD=coord_col, EOS=eos_col, num_warps=1)
+                         K=k, BLOCK=triton.next_power_of_2(max(k, 2)), COORD=coord_col, EOS=eos_col,
+                         PDL=on, launch_pdl=on, num_warps=1)
 
 
 def region_bins(logits: torch.Tensor, active: torch.Tensor, reach: int, table: torch.Tensor, pending: torch.Tensor,
@@ -95,6 +102,7 @@ def region_bins(logits: torch.Tensor, active: torch.Tensor, reach: int, table: t
         assert t.is_contiguous()
     assert values.numel() == pending.numel() == b * per_row and probs.shape == (b, 4) and prob_col + per_row <= 4
     assert table.numel() == n and table.dtype == values.dtype == pending.dtype == torch.float32
+    on = pdl(logits)
     _bins_kernel[(b * per_row,)](logits, active, table, pending, values, probs,
                                  N=n, BLOCK=triton.next_power_of_2(n), PER_ROW=per_row, PROB_COL=prob_col,
-                                 REACH=reach, num_warps=4 if n >= 1024 else 1)
+                                 REACH=reach, PDL=on, launch_pdl=on, num_warps=4 if n >= 1024 else 1)

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import torch
 
-from engine.kernels.decode import INTERPRETED, dot_precision, triton
+from engine.kernels.decode import INTERPRETED, dot_precision, pdl, triton
 
 
 class SkinnyShape(NamedTuple):
@@ -75,10 +75,13 @@ def skinny_shape(n: int, k: int, bias: bool = False) -> SkinnyShape:
 if triton is not None:
     import triton.language as tl
 
+    from engine.kernels.decode import dependent_launch
+
     @triton.jit
     def _skinny_kernel(x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, k_split, stride_x, stride_w, stride_out, stride_split,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
-                       HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr, EVEN: tl.constexpr, PRECISION: tl.constexpr):
+                       HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr, EVEN: tl.constexpr, PRECISION: tl.constexpr,
+                       PDL: tl.constexpr):
         # x [M, K] (rows strided), w [N, K] (K contiguous); out [M, N] or fp32 partials [splits, M, N]
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
@@ -87,6 +90,7 @@ if triton is not None:
         offs_k = tl.arange(0, BLOCK_K)
         k_start = pid_k * k_split
         w_rows = w_ptr + cols.to(tl.int64)[:, None] * stride_w
+        dependent_launch(PDL)
         x_rows = x_ptr + rows[None, :] * stride_x
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)  # transposed: weights on the wide side
         for k0 in tl.range(k_start, k_start + k_split, BLOCK_K, num_stages=STAGES):
@@ -127,10 +131,11 @@ def skinny_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = 
         out = torch.empty(m, n, device=x.device, dtype=x.dtype)
     assert out.shape[-2:] == (m, n) and out.stride(-1) == 1
     even = n % shape.block_n == 0 and k % k_split == 0 and k_split * splits == k
+    on = pdl(x)
     _skinny_kernel[(triton.cdiv(n, shape.block_n), splits)](
         x, w, bias if bias is not None else w, out, m, n, k, k_split, x.stride(0), w.stride(0),
         out.stride(-2), out.stride(0) if splits > 1 else 0,
         BLOCK_M=row_bucket(m), BLOCK_N=shape.block_n, BLOCK_K=shape.block_k, STAGES=shape.stages,
         HAS_BIAS=bias is not None, PARTIAL=splits > 1, EVEN=even, PRECISION=dot_precision(x.dtype),
-        num_warps=shape.warps)
+        PDL=on, launch_pdl=on, num_warps=shape.warps)
     return out
