@@ -99,6 +99,47 @@ def check_decode_attention() -> None:
         torch.testing.assert_close(got16.float(), want.reshape(b, -1), rtol=0.05, atol=0.05)
 
 
+def check_rope_attention() -> None:
+    """The rotary, K/V write and GELU inside the attention launch (`rope_attention`) give what
+    `rope_kv_write` then `decode_attention` give, bit for bit: outputs, every cache position and the
+    GELU columns; with rows of their own, with image prefixes read from slots, and in the longer
+    chunks with pipelined prefix blocks; padding rows at the scratch position included."""
+    gen = torch.Generator().manual_seed(11)
+    heads, hd, rot, max_len, plen = 2, 16, 8, 300, 90
+    cfg = TextConfig(dim=heads * hd, n_heads=heads, rotary_dims=rot, max_context=max_len)
+    cos, sin = rope_tables(cfg, max_len, "cpu")
+    k_slots, v_slots = torch.randn(2, 3, heads, plen, hd, generator=gen)
+    slots = torch.tensor([2, 0, 1, 2, 0])
+    for dtype in (torch.float32, torch.bfloat16):
+        for attn_len, positions, prefix, chunk, stages in (
+                (256, [0, 63, 64, 200, max_len - 1], None, None, None),
+                (192, [plen, 150, 191, max_len - 1, plen + 63], (k_slots, v_slots, slots), None, None),
+                (192, [plen, 150, 191, max_len - 1, plen + 63], (k_slots, v_slots, slots), 128, 3)):
+            pos = torch.tensor(positions)
+            b = len(pos)
+            ff = 2 * kernels.GELU_BLOCK + 24  # three GELU blocks a row, the last one masked
+            y = (3 * torch.randn(b, 3 * heads * hd + ff, generator=gen)).to(dtype)
+            k_cache, v_cache = torch.randn(2, 6, heads, max_len, hd, generator=gen).to(dtype)
+            k0, v0 = k_cache.clone(), v_cache.clone()
+            shared = None if prefix is None else tuple(t.to(dtype) if t.is_floating_point() else t for t in prefix)
+            wide = torch.full((b, 5 + heads * hd + ff), 7.0, dtype=dtype)
+            q = kernels.rope_kv_write(y, cos, sin, pos, k_cache, v_cache, rot, gelu_out=wide[:, 5 + heads * hd:])
+            kernels.decode_attention(q, k_cache, v_cache, pos, attn_len, prefix=shared, chunk=chunk, stages=stages,
+                                     out=wide[:, 5:5 + heads * hd])
+            for one_launch in (True, None):  # None: the default, two launches for the pipelined shape
+                fused = torch.full_like(wide, 7.0)
+                k2, v2 = k0.clone(), v0.clone()  # the caches before the writes
+                kernels.rope_attention(y, cos, sin, pos, k2, v2, rot, attn_len, prefix=shared, chunk=chunk,
+                                       stages=stages, gelu_out=fused[:, 5 + heads * hd:], out=fused[:, 5:5 + heads * hd],
+                                       one_launch=one_launch)
+                assert torch.equal(fused, wide), (dtype, attn_len, chunk, one_launch)
+                assert torch.equal(k2, k_cache) and torch.equal(v2, v_cache), (dtype, attn_len, chunk, one_launch)
+            # without a GELU output: attention alone, nothing written beside it
+            alone = kernels.rope_attention(y[:, :3 * heads * hd], cos, sin, pos, k2, v2, rot, attn_len,
+                                           prefix=shared, chunk=chunk, stages=stages, one_launch=True)
+            assert torch.equal(alone, wide[:, 5:5 + heads * hd])
+
+
 def check_shared_prefix_attention() -> None:
     """Both attention kernels with the image prefix read from shared slots equal the same kernels
     on rows that hold the prefix themselves; two rows share a slot, one slot is unused."""

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("check", ["rope_kv_write", "decode_attention", "residual_layernorm", "vision_fused_blocks", "bidirectional_attention", "fused_sampling", "prefix_prefill", "skinny_linear",
+@pytest.mark.parametrize("check", ["rope_kv_write", "decode_attention", "rope_attention", "residual_layernorm", "vision_fused_blocks", "bidirectional_attention", "fused_sampling", "prefix_prefill", "skinny_linear",
                                    "decode_step",
                                    "prompt_attention", "prompt_prefill", "shared_prefix_attention",
                                    "engine_matches_reference", "engine_with_shared_prefixes_matches_reference",

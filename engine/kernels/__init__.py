@@ -15,8 +15,8 @@ import torch
 
 from engine.kernels.bidirectional import BIDIRECTIONAL_SHAPE, AttnShape, bidirectional_attention, split_head
 from engine.kernels.decode import (GROUP_CHOICES, GROUP_MIN_BATCH, available, decode_attention, decode_shape,
-                                   group_table, group_table_size, grouping_pays, residual_layernorm, rope_kv_prefix,
-                                   rope_kv_write)
+                                   group_table, group_table_size, grouping_pays, residual_layernorm, rope_attention,
+                                   rope_kv_prefix, rope_kv_write)
 from engine.kernels.prompt import prompt_attention
 from engine.kernels.sample import choose_spatial, region_bins
 from engine.kernels.skinny import (SKINNY_DEFAULT, SKINNY_MAX_ROWS, SKINNY_SHAPES, SkinnyShape, skinny_applies,
@@ -41,6 +41,6 @@ def use_fused(choice: KernelChoice, t: torch.Tensor, head_dim: int) -> bool:
 
 __all__ = ["BIDIRECTIONAL_SHAPE", "AttnShape", "bidirectional_attention", "GROUP_CHOICES", "GROUP_MIN_BATCH", "KERNEL_CHOICES", "KernelChoice", "available", "choose_spatial",
            "decode_attention", "decode_shape", "group_table", "group_table_size", "grouping_pays", "prompt_attention",
-           "region_bins", "residual_layernorm", "rope_kv_prefix", "rope_kv_write", "split_head", "use_fused",
+           "region_bins", "residual_layernorm", "rope_attention", "rope_kv_prefix", "rope_kv_write", "split_head", "use_fused",
            "SKINNY_DEFAULT", "SKINNY_MAX_ROWS", "SKINNY_SHAPES", "SkinnyShape", "skinny_applies", "skinny_linear",
            "skinny_shape"]

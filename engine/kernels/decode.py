@@ -19,7 +19,9 @@ replace the hot spots:
 
 With a layer's projections fused into two GEMMs (`engine.model.text.FusedProjections`), the rotary
 kernel also applies the MLP's GELU (`gelu_out`), the attention merge writes beside it (`out`), and the
-residual kernel adds the two projections' biases: six kernels a layer.
+residual kernel adds the two projections' biases: six kernels a layer. `rope_attention` runs the
+rotary, the K/V write and the GELU inside the attention's own launch for batches read in 64-key chunks
+(five kernels a layer); grouped and pipelined batches keep the separate rotary kernel.
 
 Their measured effect is in the README ("Decode-step performance").
 
@@ -118,9 +120,9 @@ def group_table(slots: np.ndarray, out: np.ndarray) -> None:
 # through Triton's interpreter: that is how tests/test_kernels.py checks them without a GPU.
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
-# Programmatic dependent launch (Hopper and later): the decode step's kernels (these and
-# `skinny_linear`) are launched so that the GPU may start each one while the kernel before it is still
-# running. Every such kernel first waits (griddepcontrol.wait) until the kernel before it has finished
+# Programmatic dependent launch (Hopper and later): every Triton kernel in engine/kernels/ (checked by
+# tests/test_pdl.py) is launched so that the GPU may start each one while the kernel before it is
+# still running. Every such kernel first waits (griddepcontrol.wait) until the kernel before it has finished
 # and its writes are visible, and only then reads or writes memory, so results are unchanged; what is
 # saved is the gap between kernels, ~150 of them a step (README, "Session 46"). False: plain launches.
 PDL = True
@@ -156,6 +158,22 @@ if triton is not None:
             tl.extra.cuda.gdc_launch_dependents()
 
     @triton.jit
+    def gelu_block(x_ptr, g_ptr, ff, GELU_BLOCK: tl.constexpr):
+        """GELU-tanh (as layers.gelu) of GELU_BLOCK columns x_ptr[0..] (masked at ff) into g_ptr."""
+        j = tl.arange(0, GELU_BLOCK)
+        inside = j < ff
+        x = tl.load(x_ptr + j, mask=inside, other=0.0).to(tl.float32)
+        # tanh(u) = 1 - 2 / (exp(2u) + 1) saturates cleanly
+        u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        y = 0.5 * x * (2.0 - 2.0 / (tl.exp(2.0 * u) + 1.0))
+        tl.store(g_ptr + j, y.to(g_ptr.dtype.element_ty), mask=inside)
+
+    @triton.jit
+    def rotary(src, cos, sin, d, partner):
+        """NeoX-halves rotary of one head's HD values at src, in fp32."""
+        return tl.load(src + d).to(tl.float32) * cos + tl.load(src + partner).to(tl.float32) * sin
+
+    @triton.jit
     def _rope_kv_kernel(qkv_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, g_ptr,
                         stride_qkv, stride_row, stride_head, stride_pos, stride_g, ff,
                         H: tl.constexpr, HD: tl.constexpr, ROT: tl.constexpr, GELU_BLOCK: tl.constexpr,
@@ -164,13 +182,8 @@ if triton is not None:
         b = tl.program_id(0)
         h = tl.program_id(1)
         if h >= H:  # a GELU program: block h - H of the MLP's first projection, past q, k, v
-            j = (h - H) * GELU_BLOCK + tl.arange(0, GELU_BLOCK)
-            inside = j < ff
-            x = tl.load(qkv_ptr + b * stride_qkv + 3 * H * HD + j, mask=inside, other=0.0).to(tl.float32)
-            # tanh-approximate GELU (as layers.gelu); tanh(u) = 1 - 2 / (exp(2u) + 1) saturates cleanly
-            u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-            y = 0.5 * x * (2.0 - 2.0 / (tl.exp(2.0 * u) + 1.0))
-            tl.store(g_ptr + b * stride_g + j, y.to(g_ptr.dtype.element_ty), mask=inside)
+            col = (h - H) * GELU_BLOCK
+            gelu_block(qkv_ptr + b * stride_qkv + 3 * H * HD + col, g_ptr + b * stride_g + col, ff - col, GELU_BLOCK)
         else:
             pos = tl.load(pos_ptr + b)
             d = tl.arange(0, HD)
@@ -181,8 +194,8 @@ if triton is not None:
             cos = tl.load(cos_ptr + pos * ROT + d, mask=rotated, other=1.0)
             sin = tl.load(sin_ptr + pos * ROT + d, mask=rotated, other=0.0)
             src = qkv_ptr + b * stride_qkv + h * HD
-            q = tl.load(src + d).to(tl.float32) * cos + tl.load(src + partner).to(tl.float32) * sin
-            k = tl.load(src + H * HD + d).to(tl.float32) * cos + tl.load(src + H * HD + partner).to(tl.float32) * sin
+            q = rotary(src, cos, sin, d, partner)
+            k = rotary(src + H * HD, cos, sin, d, partner)
             v = tl.load(src + 2 * H * HD + d)
             tl.store(q_ptr + (b * H + h) * HD + d, q.to(q_ptr.dtype.element_ty))
             dst = b * stride_row + h * stride_head + pos * stride_pos + d
@@ -300,24 +313,68 @@ if triton is not None:
     def _attn_chunk_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
                            stride_row, stride_head, stride_pos, attn_len, qk_scale,
                            pk_ptr, pv_ptr, slot_ptr, prefix_len, pstride_slot, pstride_head, pstride_pos,
+                           cos_ptr, sin_ptr, g_ptr, stride_q, stride_g, ff, heads_rows, gelu_blocks,
                            H: tl.constexpr, HD: tl.constexpr, SPLITS: tl.constexpr,
                            CHUNK_: tl.constexpr, BLOCK: tl.constexpr, SHARED: tl.constexpr, FIRST: tl.constexpr,
-                           STAGES: tl.constexpr, PDL: tl.constexpr):
+                           STAGES: tl.constexpr, ROPE: tl.constexpr, ROT: tl.constexpr, GELU_BLOCK: tl.constexpr,
+                           PDL: tl.constexpr):
+        # ROPE: q_ptr is the [qkv | fc1] projection (rows stride_q apart), not rotated queries. Each
+        # program then rotates its own head's query; the program whose chunk holds the row's position
+        # also rotates k and writes k, v there (what `_rope_kv_kernel` does) before reading its keys;
+        # programs past the B·H attention programs (heads_rows) apply GELU to fc1's blocks into g_ptr.
         dependent_launch(PDL)
         bh = tl.program_id(0)
         # Chunks before FIRST are `_prefix_group_kernel`'s. A compile-time constant: as a runtime argument
         # it made the per-row step measurably slower (README, "Whole requests under load").
         split = tl.program_id(1) + FIRST
+        if bh >= heads_rows:  # only with ROPE: GELU block number (bh - heads_rows, split), row-major
+            if ROPE:
+                blk = (bh - heads_rows) * (SPLITS - FIRST) + split - FIRST
+                if blk < gelu_blocks:
+                    per_row = tl.cdiv(ff, GELU_BLOCK)
+                    row = blk // per_row
+                    col = (blk % per_row) * GELU_BLOCK
+                    gelu_block(q_ptr + row * stride_q + 3 * H * HD + col, g_ptr + row * stride_g + col, ff - col,
+                               GELU_BLOCK)
+        else:
+            attend_chunk(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, stride_row, stride_head, stride_pos,
+                         attn_len, qk_scale, pk_ptr, pv_ptr, slot_ptr, prefix_len, pstride_slot, pstride_head,
+                         pstride_pos, cos_ptr, sin_ptr, stride_q, bh, split, H, HD, SPLITS, CHUNK_, BLOCK, SHARED,
+                         STAGES, ROPE, ROT)
+
+    @triton.jit
+    def attend_chunk(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, stride_row, stride_head, stride_pos,
+                     attn_len, qk_scale, pk_ptr, pv_ptr, slot_ptr, prefix_len, pstride_slot, pstride_head,
+                     pstride_pos, cos_ptr, sin_ptr, stride_q, bh, split,
+                     H: tl.constexpr, HD: tl.constexpr, SPLITS: tl.constexpr, CHUNK_: tl.constexpr,
+                     BLOCK: tl.constexpr, SHARED: tl.constexpr, STAGES: tl.constexpr, ROPE: tl.constexpr,
+                     ROT: tl.constexpr):
         b = bh // H
         h = bh % H
         # Keys 0..position are visible; padding rows sit at the scratch position, beyond any
         # bucket, and so see the whole bucket (their output is discarded).
-        length = tl.minimum(tl.load(pos_ptr + b).to(tl.int32) + 1, attn_len)
+        pos = tl.load(pos_ptr + b).to(tl.int32)
+        length = tl.minimum(pos + 1, attn_len)
         start = split * CHUNK_
         end = tl.minimum(start + CHUNK_, length)
         d = tl.arange(0, HD)
-        q = tl.load(q_ptr + bh * HD + d).to(tl.float32) * qk_scale  # log2-domain scores
         base = b * stride_row + h * stride_head
+        if ROPE:
+            # As `_rope_kv_kernel`: NeoX halves, dim i of the rotary part pairs with i ± ROT/2, the rest
+            # pass through (cos 1, sin 0); q rounded to the input dtype as that kernel stores it.
+            rotated = d < ROT
+            partner = tl.where(rotated, (d + ROT // 2) % ROT, d)
+            cos = tl.load(cos_ptr + pos * ROT + d, mask=rotated, other=1.0)
+            sin = tl.load(sin_ptr + pos * ROT + d, mask=rotated, other=0.0)
+            src = q_ptr + b * stride_q + h * HD
+            q = rotary(src, cos, sin, d, partner).to(q_ptr.dtype.element_ty).to(tl.float32) * qk_scale
+            if split == tl.minimum(pos, attn_len - 1) // CHUNK_:  # the chunk that reads the new key
+                dst = base + pos * stride_pos + d
+                tl.store(k_ptr + dst, rotary(src + H * HD, cos, sin, d, partner).to(k_ptr.dtype.element_ty))
+                tl.store(v_ptr + dst, tl.load(src + 2 * H * HD + d))
+                tl.debug_barrier()  # the writes are visible to this program's loads below
+        else:
+            q = tl.load(q_ptr + bh * HD + d).to(tl.float32) * qk_scale  # log2-domain scores
         if SHARED:  # keys 0..prefix_len-1 come from the row's prefix slot (SharedPrefix)
             pbase = tl.load(slot_ptr + b) * pstride_slot + h * pstride_head
         m = float("-inf")
@@ -514,10 +571,56 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     written to `out` when given (a [B, H·hd] view whose rows may be strided, e.g. part of a wider buffer).
     `chunk` keys per split-K program and `stages` prefix blocks in flight (with `prefix`): by default
     `decode_shape`'s for the batch."""
-    b, h, hd = q.shape
-    shape = decode_shape(b, prefix is not None, groups is not None and prefix is not None)
-    chunk, stages = chunk or shape[0], stages or shape[1]
-    assert k_cache.stride() == v_cache.stride() and k_cache.stride(3) == 1 and q.is_contiguous()
+    assert q.is_contiguous()
+    return _split_k_attention(q, q.shape, k_cache, v_cache, positions, attn_len, prefix, groups, chunk, block,
+                              num_warps, stages, out, None)
+
+
+def rope_attention(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                   k_cache: torch.Tensor, v_cache: torch.Tensor, rotary_dims: int, attn_len: int, *,
+                   prefix: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                   groups: torch.Tensor | None = None, gelu_out: torch.Tensor | None = None,
+                   out: torch.Tensor | None = None, chunk: int | None = None, stages: int | None = None,
+                   one_launch: bool | None = None) -> torch.Tensor:
+    """`rope_kv_write` and then `decode_attention`, with the same results bit for bit. Arguments as
+    those two functions' (qkv [B, 3·H·hd + F], rows may be strided).
+
+    `one_launch` (default: for the 64-key, ungrouped shape of `decode_shape`, i.e. batches below
+    PIPELINE_MIN_BATCH or without shared prefixes): one kernel less. The attention programs rotate
+    their own queries from qkv, the one whose key chunk holds a row's position writes that row's
+    rotated k and v to the cache before reading its keys, and extra programs apply GELU to the MLP
+    columns into `gelu_out`. The grouped kernel reads rotated queries, and the longer pipelined
+    chunks ran slower with the work inside (README, "Session 47"), so those keep two launches."""
+    b = qkv.shape[0]
+    _, h, _, hd = k_cache.shape
+    grouped = groups is not None and prefix is not None
+    if one_launch is None:
+        one_launch = not grouped and (stages or decode_shape(b, prefix is not None, grouped)[1]) == 1
+    if not one_launch:
+        q = rope_kv_write(qkv, cos, sin, positions, k_cache, v_cache, rotary_dims, gelu_out=gelu_out)
+        return decode_attention(q, k_cache, v_cache, positions, attn_len, prefix=prefix, groups=groups, chunk=chunk,
+                                stages=stages, out=out)
+    assert not grouped, "the grouped prefix kernel reads rotated queries: one_launch=False"
+    ff = 0 if gelu_out is None else gelu_out.shape[1]
+    assert qkv.shape[1] == 3 * h * hd + ff and qkv.stride(1) == 1
+    assert gelu_out is None or (gelu_out.shape[0] == b and gelu_out.stride(1) == 1 and gelu_out.dtype == qkv.dtype)
+    assert cos.is_contiguous() and sin.is_contiguous() and cos.shape[1] == rotary_dims
+    return _split_k_attention(qkv, (b, h, hd), k_cache, v_cache, positions, attn_len, prefix, None, chunk, BLOCK_N,
+                              ATTN_WARPS, stages, out, (cos, sin, rotary_dims, gelu_out))
+
+
+def _split_k_attention(q: torch.Tensor, shape: tuple[int, int, int], k_cache: torch.Tensor, v_cache: torch.Tensor,
+                       positions: torch.Tensor, attn_len: int,
+                       prefix: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None, groups: torch.Tensor | None,
+                       chunk: int | None, block: int, num_warps: int, stages: int | None, out: torch.Tensor | None,
+                       rope: tuple[torch.Tensor, torch.Tensor, int, torch.Tensor | None] | None) -> torch.Tensor:
+    """`decode_attention` (rope None: q [B, H, hd] rotated queries) and `rope_attention` (rope: cos, sin,
+    rotary dims, GELU output; q the [qkv | fc1] rows) launched: the chunk programs, then the merge."""
+    b, h, hd = shape
+    grouped = groups is not None and prefix is not None
+    chunk_keys, default_stages = decode_shape(b, prefix is not None, grouped)
+    chunk, stages = chunk or chunk_keys, stages or default_stages
+    assert k_cache.stride() == v_cache.stride() and k_cache.stride(3) == 1
     positions = positions.contiguous()  # read as positions[b] at offset b (a no-op for the runner's)
     shared = shared_prefix_args(prefix, k_cache, positions)
     splits = triton.cdiv(attn_len, chunk)
@@ -526,7 +629,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     acc = torch.empty(b * h * splits, hd, device=q.device, dtype=torch.float32)
     first = 0
     on = pdl(q)
-    if groups is not None and prefix is not None:
+    if grouped:
         assert chunk == block and attn_len >= shared[3], "grouped prefix chunks need chunk == block and attn_len ≥ P"
         first = shared[3] // chunk  # chunks wholly inside the prefix
         groups_max = (groups.numel() - 1) // (GROUP_ROWS + 1)
@@ -536,12 +639,16 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                 q, shared[0], shared[1], groups, m, l, acc, hd ** -0.5 * math.log2(math.e), *shared[4:], groups_max,
                 H=h, HD=hd, SPLITS=splits, G=GROUP_ROWS, BLOCK=block, STEP=step,
                 PRECISION=dot_precision(q.dtype), PDL=on, launch_pdl=on, num_warps=4)
-    _attn_chunk_kernel[(b * h, splits - first)](q, k_cache, v_cache, positions, m, l, acc,
-                                                k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), attn_len,
-                                                hd ** -0.5 * math.log2(math.e), *shared,
-                                                H=h, HD=hd, SPLITS=splits, CHUNK_=chunk, BLOCK=block,
-                                                SHARED=prefix is not None, FIRST=first, STAGES=stages,
-                                                PDL=on, launch_pdl=on, num_warps=num_warps)
+    cos, sin, rot, gelu_out = rope if rope is not None else (q, q, 0, None)
+    g = gelu_out if gelu_out is not None else q
+    ff = 0 if gelu_out is None else gelu_out.shape[1]
+    gelu_blocks = b * triton.cdiv(ff, GELU_BLOCK)
+    extra = triton.cdiv(gelu_blocks, splits - first)  # GELU programs, (splits - first) per grid row
+    _attn_chunk_kernel[(b * h + extra, splits - first)](
+        q, k_cache, v_cache, positions, m, l, acc, k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), attn_len,
+        hd ** -0.5 * math.log2(math.e), *shared, cos, sin, g, q.stride(0), g.stride(0), ff, b * h, gelu_blocks,
+        H=h, HD=hd, SPLITS=splits, CHUNK_=chunk, BLOCK=block, SHARED=prefix is not None, FIRST=first, STAGES=stages,
+        ROPE=rope is not None, ROT=rot, GELU_BLOCK=GELU_BLOCK, PDL=on, launch_pdl=on, num_warps=num_warps)
     if out is None:
         out = torch.empty(b, h * hd, device=q.device, dtype=q.dtype)
     assert out.shape == (b, h * hd) and out.stride(1) == 1 and out.dtype == q.dtype

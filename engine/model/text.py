@@ -356,8 +356,9 @@ class TextModel(nn.Module):
 
     def _decode_fused(self, embeds: torch.Tensor, kv: KVCache, positions: torch.Tensor, attn_len: int,
                       prefix: SharedPrefix | None, grouped: bool) -> torch.Tensor:
-        """Six kernels a layer: [qkv | fc1] GEMM; rotary + K/V write + GELU; split-K attention and its
-        merge, which writes beside the GELU output; [proj | fc2] GEMM; residual + next LayerNorm.
+        """Five or six kernels a layer: [qkv | fc1] GEMM; rotary + K/V write + GELU and split-K
+        attention (one launch for small batches, `rope_attention`), and the attention's merge, which
+        writes beside the GELU output; [proj | fc2] GEMM; residual + next LayerNorm.
         For batches of 16-bit rows up to `SKINNY_MAX_ROWS` the GEMMs are `skinny_linear`, whose
         [proj | fc2] may leave fp32 partial sums that the residual kernel adds."""
         if self.blocks[0].fused is None:
@@ -374,10 +375,10 @@ class TextModel(nn.Module):
             y = (_kernels.skinny_linear(h, f.w_in, f.b_in) if skinny
                  else torch.nn.functional.linear(h, f.w_in, f.b_in))  # [B, 3D + F]: q, k, v, fc1
             z = torch.empty(b, f.w_out.shape[1], device=x.device, dtype=x.dtype)  # [B, D + F]: attention | GELU
-            q = _kernels.rope_kv_write(y, cos, sin, positions, kl, vl, self.cfg.rotary_dims, gelu_out=z[:, d:])
-            _kernels.decode_attention(q, kl, vl, positions, attn_len,
-                                      prefix=None if prefix is None else (prefix.k[layer], prefix.v[layer], slots),
-                                      groups=prefix.groups if prefix is not None and grouped else None, out=z[:, :d])
+            _kernels.rope_attention(y, cos, sin, positions, kl, vl, self.cfg.rotary_dims, attn_len,
+                                    prefix=None if prefix is None else (prefix.k[layer], prefix.v[layer], slots),
+                                    groups=prefix.groups if prefix is not None and grouped else None,
+                                    gelu_out=z[:, d:], out=z[:, :d])
             # The residual adds (with both biases) and the next block's LayerNorm are one kernel.
             following = self.blocks[layer + 1].ln if layer + 1 < len(self.blocks) else None
             a = _kernels.skinny_linear(z, f.w_out) if skinny else torch.mm(z, f.w_out.t())  # [B, D] or [splits, B, D] fp32
