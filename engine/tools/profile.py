@@ -2,7 +2,10 @@
 against what the hardware allows.
 
     python -m engine.profile [--preset moondream2] [--images 1,8] [--batch 1,32,64] [--size 640x480]
-                             [--peak-tflops 989] [--peak-tbs 4.8] [--top 12] [--json OUT]
+                             [--peak-tflops 989] [--peak-tbs 4.8] [--top 12] [--pdl off|on] [--json OUT]
+
+Kernels are launched without programmatic dependent launch unless `--pdl on`: with it, the profiled
+kernel times overlap (README, "Session 47"), so the per-category split would not add up to the step.
 
 Random weights of the preset (no download), bf16 on CUDA. Two measurements, each under
 `torch.profiler` (GPU kernel time, summed by category) and separately timed with CUDA events:
@@ -35,6 +38,7 @@ from collections import defaultdict
 import numpy as np
 import torch
 
+from engine.kernels import decode as decode_kernels
 from engine.model.config import PRESETS, MoondreamConfig
 from engine.model.image import OverlapCrops, overlap_crops_tensor
 from engine.serving.engine import Engine
@@ -144,18 +148,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peak-tbs", type=float, default=4.8, help="memory bandwidth, TB/s (H200 datasheet)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--top", type=int, default=12, help="kernels listed by name")
+    p.add_argument("--pdl", choices=("off", "on"), default="off",
+                   help="programmatic dependent launch (as served: on). With it a kernel starts before the one "
+                        "before it ends and waits inside, so kernel times overlap and their sum exceeds the step")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("error: engine.profile needs a CUDA GPU (it profiles the GPU's kernels)")
+    decode_kernels.PDL = args.pdl == "on"  # read at every launch: the graphs below are captured with it
     w, h = (int(x) for x in args.size.lower().split("x"))
     model = build_model(args.preset, "cuda", "bf16", args.seed)
     cfg = model.config
     tokenizer = stand_in_tokenizer(cfg)
     rng = np.random.default_rng(args.seed)
     report: dict = {"device": torch.cuda.get_device_name(), "preset": args.preset, "torch": torch.__version__,
+                    "pdl": decode_kernels.PDL,
                     "peak_tflops": args.peak_tflops, "peak_tbs": args.peak_tbs, "prefill": [], "decode": []}
-    print(f"{args.preset} bf16 on {report['device']}, torch {torch.__version__}")
+    print(f"{args.preset} bf16 on {report['device']}, torch {torch.__version__}, programmatic dependent launch {args.pdl}")
 
     engine = Engine(model, tokenizer, max_batch=max(int(n) for n in args.images.split(",")), prefix_cache_size=0)
     cache = engine.runner.prefix.as_cache()
