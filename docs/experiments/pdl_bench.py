@@ -9,19 +9,16 @@ projections' first K slices (`PREFETCH` in `skinny_linear`, set by a second argu
 nothing and was removed, so its `pdl-2` / `pdl-4` rows cannot be re-run from this tree.
 """
 
-import runpy
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from run_module import run  # noqa: E402
 
 from engine.kernels import decode  # noqa: E402
 
 on, module, *rest = sys.argv[1:]
 decode.PDL = on == "1"
 print("PDL:", decode.PDL, flush=True)
-sys.argv = [module, *rest]
-if module.endswith(".py"):
-    runpy.run_path(module, run_name="__main__")
-else:
-    runpy.run_module(module, run_name="__main__")
+run(module, rest)

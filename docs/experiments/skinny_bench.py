@@ -6,11 +6,12 @@
 """
 
 import json
-import runpy
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from run_module import run  # noqa: E402
 
 from engine.kernels import skinny  # noqa: E402
 from engine.kernels.skinny import SkinnyShape  # noqa: E402
@@ -24,8 +25,4 @@ for key, shape in winners.items():
     n, k = (3 * D + F, D) if name == "in" else (D, D + F)
     skinny.SKINNY_SHAPES[(n, k)] = SkinnyShape(*shape)  # one shape per matrix: the last row count's winner
 print("SKINNY_SHAPES:", skinny.SKINNY_SHAPES, flush=True)
-sys.argv = [module, *rest]
-if module.endswith(".py"):
-    runpy.run_path(module, run_name="__main__")
-else:
-    runpy.run_module(module, run_name="__main__")
+run(module, rest)
