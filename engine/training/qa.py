@@ -148,7 +148,7 @@ def _pick(rng: np.random.Generator, options: Sequence[str]) -> str:
     return options[int(rng.integers(len(options)))]
 
 
-def _names(rng: np.random.Generator, text: str) -> tuple[str, str]:
+def query_names(rng: np.random.Generator, text: str) -> tuple[str, str]:
     """(singular, plural) of a scene query text ("red circle", "star", "red")."""
     words = text.split()
     if len(words) == 1 and words[0] in COLOURS:
@@ -161,14 +161,14 @@ def ask_count(rng: np.random.Generator, scene: Scene) -> QA | None:
     for _ in range(4):
         query = make_query(rng, scene, empty_rate=0.2)
         if len(query.matches) <= MAX_COUNT:
-            _, p = _names(rng, query.text)
+            _, p = query_names(rng, query.text)
             return QA("count", styled(rng, _pick(rng, COUNT_TEMPLATES).format(p=p)), None, str(len(query.matches)))
     return None
 
 
 def ask_yes_no(rng: np.random.Generator, scene: Scene) -> QA:
     query = make_query(rng, scene, empty_rate=0.5)
-    n, p = _names(rng, query.text)
+    n, p = query_names(rng, query.text)
     question = _pick(rng, YES_NO_TEMPLATES).format(a=article(n), n=n, p=p)
     return QA("yes_no", styled(rng, question), None, "yes" if query.matches else "no")
 
