@@ -28,26 +28,27 @@ import numpy as np  # noqa: E402
 from engine.serving.engine import Engine  # noqa: E402
 from engine.training import qa as Q  # noqa: E402
 from engine.training.evaluate import score_answer  # noqa: E402
-from engine.training.scenes import OWN_SCENES, make_query, make_scene  # noqa: E402
+from engine.training.scenes import OWN_SCENES, make_scene  # noqa: E402
 
-PX_EDGES = (0, 9, 12, 16, 24, 1_000_000)
+PX_EDGES = (0, 9, 12, 16, 24)
+BUCKETS = [f"{lo}-{hi} px" for lo, hi in zip(PX_EDGES, PX_EDGES[1:])] + [f">={PX_EDGES[-1]} px", "no object"]
+KIND_BINS = {"0": (0, 1), "1-2": (1, 3), "3-5": (3, 6), "6-9": (6, 10), "10+": (10, 10**6)}
 
 
 def bucket(px: float | None) -> str:
     if px is None:
-        return "no object"
-    for lo, hi in zip(PX_EDGES, PX_EDGES[1:]):
-        if lo <= px < hi:
-            return f"{lo}-{hi} px" if hi < 1_000_000 else f">={lo} px"
-    raise AssertionError(px)
+        return BUCKETS[-1]
+    return BUCKETS[int(np.searchsorted(PX_EDGES, px, side="right")) - 1]
 
 
-def table(rows: list[dict], keys: tuple[str, ...]) -> dict:
-    out: dict[str, dict] = {}
-    for b in sorted({r["bucket"] for r in rows}, key=lambda s: (s == "no object", int(s.split("-")[0].strip(">=pxno object") or 0))):
-        sub = [r for r in rows if r["bucket"] == b]
-        out[b] = {"n": len(sub), **{k: float(np.mean([r[k] for r in sub])) for k in keys}}
-    return out
+def rates(groups: dict[str, list[dict]], keys: tuple[str, ...]) -> dict:
+    """{group: {"n": rows, key: mean of the key}} for the groups that have rows, in the given order."""
+    return {g: {"n": len(rows), **{k: float(np.mean([r[k] for r in rows])) for k in keys}}
+            for g, rows in groups.items() if rows}
+
+
+def by_bucket(rows: list[dict], keys: tuple[str, ...]) -> dict:
+    return rates({b: [r for r in rows if r["bucket"] == b] for b in BUCKETS}, keys)
 
 
 def main(argv=None) -> int:
@@ -67,13 +68,11 @@ def main(argv=None) -> int:
         known = [o for o in scene.objects if o.known]
         captions.append((scene, Q.caption_text(Q.known_counts(scene), "short"),
                          min(o.size for o in known) * short if known else None))
-        for _ in range(4):
-            query = make_query(rng, scene, empty_rate=0.2)
-            if len(query.matches) <= Q.MAX_COUNT:
-                _, plural = Q.query_names(rng, query.text)   # the wording qa.ask_count uses
-                px = min(o.size for o in query.matches) * short if query.matches else None
-                counts.append((scene, query, f"How many {plural} are there?", px))
-                break
+        query = Q.count_query(rng, scene)
+        if query is not None:
+            _, plural = Q.query_names(rng, query.text)   # the wording qa.ask_count uses
+            px = min(o.size for o in query.matches) * short if query.matches else None
+            counts.append((scene, query, f"How many {plural} are there?", px))
 
     engine = Engine.from_pretrained(a.weights, device="cpu", dtype=a.dtype, max_batch=16).start()
     try:
@@ -108,13 +107,11 @@ def main(argv=None) -> int:
                   "qa_vs_detect": {f"{k[0]}/{k[1]}": v for k, v in Counter(
                       ("qa right" if r["qa_right"] else "qa wrong", "detect right" if r["detect_right"] else "detect wrong")
                       for r in count_rows).items()},
-                  "by_smallest_counted_object": table(count_rows, ("qa_right", "detect_right"))},
+                  "by_smallest_counted_object": by_bucket(count_rows, ("qa_right", "detect_right"))},
         "caption": {"captions": len(caption_rows), "right": float(np.mean([r["right"] for r in caption_rows])),
-                    "by_smallest_object": table(caption_rows, ("right",)),
-                    "by_kinds": {k: {"n": len(sub), "right": float(np.mean([r["right"] for r in sub]))}
-                                 for k, sub in ((k, [r for r in caption_rows if lo <= r["kinds"] < hi])
-                                                for k, (lo, hi) in {"0": (0, 1), "1-2": (1, 3), "3-5": (3, 6),
-                                                                    "6-9": (6, 10), "10+": (10, 99)}.items()) if sub}},
+                    "by_smallest_object": by_bucket(caption_rows, ("right",)),
+                    "by_kinds": rates({k: [r for r in caption_rows if lo <= r["kinds"] < hi]
+                                       for k, (lo, hi) in KIND_BINS.items()}, ("right",))},
     }
     print(f"count questions: {report['count']['questions']}, answered right {report['count']['qa_right']:.1%}, "
           f"the same query's detect gives the right number {report['count']['detect_right']:.1%}")

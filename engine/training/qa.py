@@ -157,13 +157,21 @@ def query_names(rng: np.random.Generator, text: str) -> tuple[str, str]:
     return text, " ".join(words[:-1] + [plural(words[-1])])
 
 
-def ask_count(rng: np.random.Generator, scene: Scene) -> QA | None:
+def count_query(rng: np.random.Generator, scene: Scene):
+    """The scene query a count question asks about: up to 4 draws for one with at most MAX_COUNT matches."""
     for _ in range(4):
         query = make_query(rng, scene, empty_rate=0.2)
         if len(query.matches) <= MAX_COUNT:
-            _, p = query_names(rng, query.text)
-            return QA("count", styled(rng, _pick(rng, COUNT_TEMPLATES).format(p=p)), None, str(len(query.matches)))
+            return query
     return None
+
+
+def ask_count(rng: np.random.Generator, scene: Scene) -> QA | None:
+    query = count_query(rng, scene)
+    if query is None:
+        return None
+    _, p = query_names(rng, query.text)
+    return QA("count", styled(rng, _pick(rng, COUNT_TEMPLATES).format(p=p)), None, str(len(query.matches)))
 
 
 def ask_yes_no(rng: np.random.Generator, scene: Scene) -> QA:
