@@ -1,10 +1,10 @@
-"""Evaluate a checkpoint on a separately written, evaluation-only scene generator: the third
-(docs/experiments/third_scenes.py, session 36), the fourth or the fifth (docs/experiments/fourth_scenes.py,
-fifth_scenes.py, session 37), or the sixth and seventh (sixth_scenes.py,
-seventh_scenes.py, session 38).
+"""Evaluate a checkpoint on a separately written scene generator: the third to sixth
+(engine/training/foreign/, written as blind checks in sessions 36-38, training sources since session 51),
+the seventh (docs/experiments/seventh_scenes.py, session 38; it chose among session 51's candidates)
+or the eighth (docs/experiments/eighth_scenes.py, session 51, blind).
 
-    python docs/experiments/blind_eval.py --generator third|fourth|fifth|sixth|seventh --weights DIR [--n 500] [--seed S]
-                                          [--dtype auto|fp32|bf16] [--json OUT]
+    python docs/experiments/blind_eval.py --generator third|fourth|fifth|sixth|seventh|eighth --weights DIR [--n 500]
+                                          [--seed S] [--dtype auto|fp32|bf16] [--json OUT]
 
 Metrics are computed as `engine.training.evaluate.evaluate()` computes them (its public metric
 functions); also a per-shape / per-colour / per-background / per-size breakdown of detect and point recall.
@@ -22,16 +22,18 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 
-from docs.experiments.fifth_scenes import fifth_batch  # noqa: E402
-from docs.experiments.fourth_scenes import fourth_batch  # noqa: E402
+from docs.experiments.eighth_scenes import eighth_batch  # noqa: E402
 from docs.experiments.seventh_scenes import seventh_batch  # noqa: E402
-from docs.experiments.sixth_scenes import sixth_batch  # noqa: E402
-from docs.experiments.third_scenes import third_batch  # noqa: E402
 from engine.training.evaluate import greedy_match, point_match, score_objects  # noqa: E402
+from engine.training.foreign.fifth import fifth_batch  # noqa: E402
+from engine.training.foreign.fourth import fourth_batch  # noqa: E402
+from engine.training.foreign.sixth import sixth_batch  # noqa: E402
+from engine.training.foreign.third import third_batch  # noqa: E402
 
 
 GENERATORS = {"third": (third_batch, 777), "fourth": (fourth_batch, 4444), "fifth": (fifth_batch, 5555),
-              "sixth": (sixth_batch, 6666), "seventh": (seventh_batch, 7777)}
+              "sixth": (sixth_batch, 6666), "seventh": (seventh_batch, 7777),
+              "eighth": (eighth_batch, 8888)}
 
 
 def _recall_by(data, det, pts, key):
@@ -52,7 +54,7 @@ def main(argv=None) -> int:
     ap.add_argument("--generator", required=True, choices=sorted(GENERATORS))
     ap.add_argument("--weights", required=True)
     ap.add_argument("--n", type=int, default=500)
-    ap.add_argument("--seed", type=int, default=None, help="default: 777 (third), 4444 (fourth), 5555 (fifth), 6666 (sixth), 7777 (seventh)")
+    ap.add_argument("--seed", type=int, default=None, help="default: 777 (third), 4444 (fourth), 5555 (fifth), 6666 (sixth), 7777 (seventh), 8888 (eighth)")
     ap.add_argument("--dtype", default="auto", choices=("auto", "fp32", "bf16"))
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)

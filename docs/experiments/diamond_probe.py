@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 import argparse  # noqa: E402
 from collections import Counter  # noqa: E402
 
-from docs.experiments.sixth_scenes import sixth_batch  # noqa: E402
+from engine.training.foreign.sixth import sixth_batch  # noqa: E402
 from engine.training.evaluate import greedy_match  # noqa: E402
 
 OTHER_NAMES = ("square", "triangle", "hexagon", "star")

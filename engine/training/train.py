@@ -9,6 +9,7 @@
                            [--style]   (shadows, shading, rims and whole-scene warps, engine/training/styles.py)
                            [--clutter]   (printed-text and leaf backgrounds, engine/training/clutter.py)
                            [--poses]   (half the diamonds and squares stand on a vertex, scenes.VERTEX_POSES)
+                           [--foreign P]   (a share P of the scenes drawn by engine/training/foreign's generators)
 
 On every GPU of the host (one rank per GPU, DistributedDataParallel; `engine.training.distributed`):
 
@@ -126,6 +127,7 @@ from engine.serving.skills import normalize_query, prompt_ids
 from engine.model.text import rope_tables
 from engine.training.distributed import (STOP_INTERRUPTED, STOP_NONE, STOP_REASONS, STOP_TIME, SYNC_EVERY, Ranks,
                                          workers_per_rank)
+from engine.training.foreign import foreign_scene
 from engine.training.grow import grow, same_but_depth
 from engine.training.qa import make_qa, qa_ids
 from engine.training.vocab import build_tokenizer
@@ -163,6 +165,7 @@ RECIPE: dict[str, Any] = {
     "empty_rate": 0.2,       # share of queries that match nothing
     "hard_rate": 0.0,        # share of those drawn among near misses (scenes.near_miss); 0: none
     "qa_frac": 0.0,          # share of sequences that are questions / captions (engine.training.qa); 0: none
+    "foreign": 0.0,          # share of scenes drawn by engine.training.foreign's generators; 0: none
     "minutes": None,         # wall-time budget (None: until `steps`)
     "calibrate_s": 60.0,     # the rate is read over its second half (after 30 s the data workers' queues are full)
     "heldout": 150,          # after training: greedy detect + point (engine.model.reference) on this many
@@ -255,12 +258,16 @@ def query_sequence(prompt: list[int], skill: str, matches, config: MoondreamConf
 
 def make_batch(config: MoondreamConfig, prompts: dict, seed: int, index: int, *, batch: int, queries: int,
                point_frac: float = 0.5, scene_kw: dict | None = None, empty_rate: float = 0.15,
-               hard_rate: float = 0.0, qa_frac: float = 0.0, tokenizer=None) -> dict[str, np.ndarray]:
+               hard_rate: float = 0.0, qa_frac: float = 0.0, foreign: float = 0.0,
+               tokenizer=None) -> dict[str, np.ndarray]:
     """Batch `index` of the stream `seed`: `batch` scenes, `queries` sequences each, collated.
 
     With `qa_frac` > 0 each sequence is, with that probability, a question or caption about the
     image (`engine.training.qa.make_qa`, encoded with `tokenizer`) instead of a point/detect query;
     qa_frac 0 draws no extra random numbers, so the stream is the same as without QA.
+    With `foreign` > 0 each scene is, with that probability, drawn by one of the generators of
+    `engine.training.foreign` (written apart from scenes.py) instead of `make_scene`; its queries
+    are made here as for any scene. foreign 0 likewise draws nothing extra.
 
     Returns numpy arrays: crops uint8 [C, S, S, 3] (all images' crops, global first per image),
     n_crops [B], tiling [B, 2], img [N] (image of each sequence), and [N, T] padded sequence arrays
@@ -270,7 +277,7 @@ def make_batch(config: MoondreamConfig, prompts: dict, seed: int, index: int, *,
     crops, n_crops, tiling, seqs, img, cells = [], [], [], [], [], []
     for b in range(batch):
         rng = np.random.default_rng([seed, index, b])
-        scene = make_scene(rng, **scene_kw)
+        scene = foreign_scene(rng) if foreign and rng.random() < foreign else make_scene(rng, **scene_kw)
         oc = overlap_crop_image(scene.image, config.vision)
         crops.append(oc.crops)
         n_crops.append(oc.n_crops)
@@ -938,7 +945,7 @@ def _train_ranks(out: str | Path, ranks: Ranks, *, preset: str | None, config: M
 
     data_kw = dict(batch=recipe["batch"], queries=recipe["queries"], point_frac=recipe["point_frac"],
                    scene_kw=recipe["scene"], empty_rate=recipe["empty_rate"],
-                   hard_rate=recipe["hard_rate"], qa_frac=recipe["qa_frac"],
+                   hard_rate=recipe["hard_rate"], qa_frac=recipe["qa_frac"], foreign=recipe["foreign"],
                    tokenizer=tokenizer if recipe["qa_frac"] else None)
     stream = batch_stream(config, prompts, seed, start=0, workers=workers, pin=dev.type == "cuda", fixed=fixed_batch,
                           rank=ranks.rank, world=ranks.world, **data_kw)
@@ -1228,6 +1235,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clutter", action="store_true",
                    help="some backgrounds are printed text or leaves (engine/training/clutter.py): many small marks "
                         "that are not objects")
+    p.add_argument("--foreign", type=float,
+                   help="share of the scenes drawn by the third to sixth generators (engine/training/foreign: other "
+                        f"drawing code, shades and backgrounds; queries made as for any scene); default {RECIPE['foreign']}")
     p.add_argument("--fixed-batch", action="store_true", help="train on batch 0 every step (overfitting check)")
     p.add_argument("--coord-sigma", dest="coord_sigma", type=float, nargs=2, metavar=("FROM", "TO"),
                    help=f"coordinate label smoothing σ in bins, first → settled; default {RECIPE['coord_sigma']} "
@@ -1235,7 +1245,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size-sigma", dest="size_sigma", type=float, nargs=2, metavar=("FROM", "TO"),
                    help=f"size label smoothing σ in bins; default {RECIPE['size_sigma']}")
     a = p.parse_args(argv)
-    for flag, value in (("--empty-rate", a.empty_rate), ("--hard-negatives", a.hard_rate), ("--qa-frac", a.qa_frac)):
+    for flag, value in (("--empty-rate", a.empty_rate), ("--hard-negatives", a.hard_rate), ("--qa-frac", a.qa_frac),
+                        ("--foreign", a.foreign)):
         if value is not None and not 0.0 <= value <= 1.0:
             p.error(f"{flag} must be between 0 and 1, got {value}")
     for flag, value in (("--grow-text-layers", a.grow_text_layers), ("--grow-vision-layers", a.grow_vision_layers)):
@@ -1245,7 +1256,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{flag} deepens an --init checkpoint; give --init DIR")
     overrides = {k: getattr(a, k) for k in ("steps", "batch", "queries", "reuse", "lr", "warmup", "seed", "minutes",
                                             "save_every", "log_every", "heldout", "coord_sigma", "size_sigma", "qa_frac",
-                                            "empty_rate", "hard_rate", "grow_text_layers", "grow_vision_layers")}
+                                            "empty_rate", "hard_rate", "grow_text_layers", "grow_vision_layers",
+                                            "foreign")}
     if overrides["minutes"] == 0:
         overrides["minutes"] = None
     if a.variety or a.lookalikes or a.style or a.poses or a.clutter:

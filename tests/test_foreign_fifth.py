@@ -1,10 +1,10 @@
-"""Fast checks of the fifth (blind, evaluation-only) scene generator."""
+"""Fast checks of the fifth scene generator (engine/training/foreign/fifth.py)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from docs.experiments.fifth_scenes import COLOURS, SHAPES, fifth_batch
+from engine.training.foreign.fifth import COLOURS, SHAPES, fifth_batch
 
 
 @pytest.fixture(scope="module")

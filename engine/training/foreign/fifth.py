@@ -1,4 +1,7 @@
-"""Fifth synthetic scene generator (evaluation only, written blind to the others).
+"""Fifth synthetic scene generator (written blind to the others).
+
+Written as a blind evaluation generator (sessions 36-38); since session 51 also a training source
+(`engine.train --foreign`, engine/training/foreign/__init__.py), so its figures are no longer blind.
 
 How it draws
 ------------
@@ -66,15 +69,12 @@ from __future__ import annotations
 
 import io
 import math
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from engine.training.scenes import Query, Scene, SceneObject  # noqa: E402
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter
+from scipy import ndimage
 
-import numpy as np  # noqa: E402
-from PIL import Image, ImageDraw, ImageFilter  # noqa: E402
-from scipy import ndimage  # noqa: E402
+from engine.training.scenes import Query, Scene, SceneObject
 
 SHAPES = ("circle", "square", "triangle", "star", "cross", "hexagon", "diamond")
 COLOURS = ("red", "green", "blue", "yellow", "purple", "orange", "white", "black")

@@ -1,4 +1,7 @@
-"""Fourth, blind evaluation-only scene generator: flat shapes on varied backgrounds.
+"""Fourth scene generator: flat shapes on varied backgrounds.
+
+Written as a blind evaluation generator (sessions 36-38); since session 51 also a training source
+(`engine.train --foreign`, engine/training/foreign/__init__.py), so its figures are no longer blind.
 
 Written independently of the training generators (only the `Scene` / `Query` / `SceneObject`
 data classes are shared), so a model's score here is not a score on its own training distribution.
@@ -40,10 +43,6 @@ from __future__ import annotations
 import colorsys
 import io
 import math
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np
 from PIL import Image, ImageFilter

@@ -1,4 +1,7 @@
-"""A sixth, blind, evaluation-only scene generator: photographs of physical coloured shapes.
+"""A sixth scene generator: photographs of physical coloured shapes.
+
+Written as a blind evaluation generator (sessions 36-38); since session 51 also a training source
+(`engine.train --foreign`, engine/training/foreign/__init__.py), so its figures are no longer blind.
 
 Written without seeing the training generator. Every scene is a *photograph of a surface*: a
 pinhole camera (field of view 48-68 degrees, tilted up to ~36 degrees off the surface normal,
@@ -39,22 +42,18 @@ exposure 0.96-1.1, sometimes focus or one-axis motion blur, 1-px chromatic aberr
 noise (stronger in 15 % 'low light' shots) and JPEG compression (q 40-91, 65 %). Image sizes
 200-900 px (even), aspect 1-2.4, landscape or portrait.
 """
+import io
+import math
 import sys
-from pathlib import Path
+import time
+from collections import Counter
+from functools import lru_cache
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-from engine.training.scenes import Query, Scene, SceneObject  # noqa: E402
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter
+from scipy import ndimage
 
-import io  # noqa: E402
-import math  # noqa: E402
-import time  # noqa: E402
-from collections import Counter  # noqa: E402
-from functools import lru_cache  # noqa: E402
-
-import numpy as np  # noqa: E402
-from PIL import Image, ImageDraw, ImageFilter  # noqa: E402
-from scipy import ndimage  # noqa: E402
+from engine.training.scenes import Query, Scene, SceneObject
 
 SHAPES = ("circle", "square", "triangle", "star", "cross", "hexagon", "diamond")
 COLOURS = ("red", "green", "blue", "yellow", "purple", "orange", "white", "black")

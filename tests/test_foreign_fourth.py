@@ -1,11 +1,11 @@
-"""docs/experiments/fourth_scenes.py (blind evaluation scenes): determinism, matches, geometry."""
+"""engine/training/foreign/fourth.py (once a blind evaluation generator, now also a training source): determinism, matches, geometry."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from docs.experiments.fourth_scenes import fourth_batch
+from engine.training.foreign.fourth import fourth_batch
 
 SHAPES = {"circle", "square", "triangle", "star", "cross", "hexagon", "diamond"}
 COLOURS = {"red", "green", "blue", "yellow", "purple", "orange", "white", "black"}

@@ -1,10 +1,10 @@
-"""Contract checks of the sixth (blind, evaluation-only) scene generator: photographed surfaces."""
+"""Contract checks of the sixth scene generator (engine/training/foreign/sixth.py): photographed surfaces."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from docs.experiments.sixth_scenes import CLUTTER, COLOURS, OFF_COLOURS, SHAPES, sixth_batch
+from engine.training.foreign.sixth import CLUTTER, COLOURS, OFF_COLOURS, SHAPES, sixth_batch
 
 SEED, N = 606, 24
 

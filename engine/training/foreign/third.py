@@ -1,6 +1,9 @@
-"""A third, separately written synthetic scene generator (evaluation only, never training).
+"""A third, separately written synthetic scene generator.
 
-    from docs.experiments.third_scenes import third_batch
+Written as a blind evaluation generator (sessions 36-38); since session 51 also a training source
+(`engine.train --foreign`, engine/training/foreign/__init__.py), so its figures are no longer blind.
+
+    from engine.training.foreign.third import third_batch
     pairs = third_batch(seed, n)     # [(Scene, Query), ...], deterministic for the seed
 
 Drawing: every object is rasterised with PIL at 4x supersampling on its own small canvas and box-
@@ -15,14 +18,11 @@ from __future__ import annotations
 
 import io
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from engine.training.scenes import Query, Scene, SceneObject  # noqa: E402
+from engine.training.scenes import Query, Scene, SceneObject
 
 VOCAB_SHAPES = ("circle", "square", "triangle", "star", "cross", "hexagon", "diamond")
 VOCAB_COLOURS = ("red", "green", "blue", "yellow", "purple", "orange", "white", "black")

@@ -1,0 +1,50 @@
+"""Scenes drawn by code written apart from `engine/training/scenes.py`, as a training source.
+
+The third to sixth generators (`third.py` … `sixth.py`) were written in sessions 36–38 as blind
+evaluation generators, each by a writer who did not read the training generator: other drawing
+code, other shades for the same colour names, other backgrounds and camera effects. Their
+failures have since been read, so they no longer serve as blind checks; from session 51 they are a
+training source instead: `engine.train --foreign P` draws a share P of the training scenes from
+them (one of the four at random per scene), so the model sees the same vocabulary drawn four more
+ways. Queries, questions and captions for those scenes are made by the training code
+(`scenes.make_query`, `qa.make_qa`), so the labels follow the project's query rules.
+
+Never trained on: the independent generator (`engine/training/independent_scenes.py`,
+`engine.evaluate --generator independent`) and the blind seventh and eighth
+(`docs/experiments/seventh_scenes.py`, `eighth_scenes.py`).
+
+The generators import scipy and draw at 30–90 ms a scene on one core, so they are loaded on first
+use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+import numpy as np
+
+from engine.training.scenes import Scene
+
+# name → (module, its batch function): batch(seed, n) → [(Scene, Query), ...], deterministic per seed
+GENERATORS: dict[str, tuple[str, str]] = {
+    "third": ("engine.training.foreign.third", "third_batch"),
+    "fourth": ("engine.training.foreign.fourth", "fourth_batch"),
+    "fifth": ("engine.training.foreign.fifth", "fifth_batch"),
+    "sixth": ("engine.training.foreign.sixth", "sixth_batch"),
+}
+
+
+def batch_function(name: str) -> Callable[[int, int], list]:
+    """The batch function of generator `name` (a key of GENERATORS)."""
+    module, attr = GENERATORS[name]
+    return getattr(importlib.import_module(module), attr)
+
+
+def foreign_scene(rng: np.random.Generator) -> Scene:
+    """One scene from one of the GENERATORS, both chosen by `rng` (two draws): the generator
+    uniformly, and a 31-bit seed for its first scene. The generator's own query is dropped."""
+    names = sorted(GENERATORS)
+    name = names[int(rng.integers(len(names)))]
+    seed = int(rng.integers(2 ** 31))
+    return batch_function(name)(seed, 1)[0][0]
