@@ -25,15 +25,12 @@ import time  # noqa: E402
 from docs.experiments.eighth_scenes import eighth_batch  # noqa: E402
 from docs.experiments.seventh_scenes import seventh_batch  # noqa: E402
 from engine.training.evaluate import greedy_match, point_match, score_objects  # noqa: E402
-from engine.training.foreign.fifth import fifth_batch  # noqa: E402
-from engine.training.foreign.fourth import fourth_batch  # noqa: E402
-from engine.training.foreign.sixth import sixth_batch  # noqa: E402
-from engine.training.foreign.third import third_batch  # noqa: E402
+from engine.training.foreign import batch_function  # noqa: E402
 
-
-GENERATORS = {"third": (third_batch, 777), "fourth": (fourth_batch, 4444), "fifth": (fifth_batch, 5555),
-              "sixth": (sixth_batch, 6666), "seventh": (seventh_batch, 7777),
-              "eighth": (eighth_batch, 8888)}
+# name → (batch function, default seed)
+GENERATORS = {**{name: (batch_function(name), seed) for name, seed in
+                 (("third", 777), ("fourth", 4444), ("fifth", 5555), ("sixth", 6666))},
+              "seventh": (seventh_batch, 7777), "eighth": (eighth_batch, 8888)}
 
 
 def _recall_by(data, det, pts, key):

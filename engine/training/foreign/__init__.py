@@ -41,10 +41,15 @@ def batch_function(name: str) -> Callable[[int, int], list]:
     return getattr(importlib.import_module(module), attr)
 
 
-def foreign_scene(rng: np.random.Generator) -> Scene:
-    """One scene from one of the GENERATORS, both chosen by `rng` (two draws): the generator
-    uniformly, and a 31-bit seed for its first scene. The generator's own query is dropped."""
+def draw(rng: np.random.Generator) -> tuple[str, int]:
+    """Which scene `foreign_scene` makes, from two draws of `rng`: a generator name (uniformly) and
+    a 31-bit seed for its first scene."""
     names = sorted(GENERATORS)
     name = names[int(rng.integers(len(names)))]
-    seed = int(rng.integers(2 ** 31))
+    return name, int(rng.integers(2 ** 31))
+
+
+def foreign_scene(rng: np.random.Generator) -> Scene:
+    """The scene `draw(rng)` names; the generator's own query is dropped."""
+    name, seed = draw(rng)
     return batch_function(name)(seed, 1)[0][0]
