@@ -69,3 +69,19 @@ def test_the_grow_flags_need_init(capsys):
         with pytest.raises(SystemExit):
             T.main(["--out", "unused", *bad])
         assert words in capsys.readouterr().err
+
+
+def test_an_init_with_another_tiling_cap_trains_with_its_own(tmp_path, one_thread):
+    kw = dict(preset="tiny", device="cpu", workers=0, quiet=True, batch=2, queries=1, log_every=1, save_every=1e9,
+              heldout=0, scene=GOLDEN_SCENES)
+    T.train(tmp_path / "base", steps=1, **kw)
+    path = tmp_path / "base" / "config.json"
+    meta = json.loads(path.read_text())
+    meta["config"]["vision"]["max_crops"] = TINY.vision.max_crops + 3
+    path.write_text(json.dumps(meta))
+    T.train(tmp_path / "more", steps=1, init=str(tmp_path / "base"), **kw)
+    assert load_model(tmp_path / "more").config.vision.max_crops == TINY.vision.max_crops + 3
+    meta["config"]["vision"]["dim"] = TINY.vision.dim * 2     # a weight shape: still refused
+    path.write_text(json.dumps(meta))
+    with pytest.raises(Exception):
+        T.train(tmp_path / "bad", steps=1, init=str(tmp_path / "base"), **kw)
