@@ -1,10 +1,11 @@
 """Evaluate a checkpoint on a separately written scene generator: the third to sixth
 (engine/training/foreign/, written as blind checks in sessions 36-38, training sources since session 51),
 the seventh (docs/experiments/seventh_scenes.py, session 38; it chose among session 51's candidates),
-the eighth (docs/experiments/eighth_scenes.py, session 51, blind) or the ninth
-(docs/experiments/ninth_scenes.py, blind: stickers and 3D-ish tokens on photograph-like backgrounds).
+the eighth (docs/experiments/eighth_scenes.py, session 51, blind), the ninth
+(docs/experiments/ninth_scenes.py, blind: stickers and 3D-ish tokens on photograph-like backgrounds) or the tenth
+(docs/experiments/tenth_scenes.py, blind: worksheets, app screenshots, neon, magnets, mosaics, LED panels, patches).
 
-    python docs/experiments/blind_eval.py --generator third|fourth|fifth|sixth|seventh|eighth|ninth --weights DIR [--n 500]
+    python docs/experiments/blind_eval.py --generator third|fourth|fifth|sixth|seventh|eighth|ninth|tenth --weights DIR [--n 500]
                                           [--seed S] [--dtype auto|fp32|bf16] [--json OUT]
 
 Metrics are computed as `engine.training.evaluate.evaluate()` computes them (its public metric
@@ -26,13 +27,15 @@ import time  # noqa: E402
 from docs.experiments.eighth_scenes import eighth_batch  # noqa: E402
 from docs.experiments.ninth_scenes import ninth_batch  # noqa: E402
 from docs.experiments.seventh_scenes import seventh_batch  # noqa: E402
+from docs.experiments.tenth_scenes import tenth_batch  # noqa: E402
 from engine.training.evaluate import greedy_match, point_match, score_objects  # noqa: E402
 from engine.training.foreign import batch_function  # noqa: E402
 
 # name → (batch function, default seed)
 GENERATORS = {**{name: (batch_function(name), seed) for name, seed in
                  (("third", 777), ("fourth", 4444), ("fifth", 5555), ("sixth", 6666))},
-              "seventh": (seventh_batch, 7777), "eighth": (eighth_batch, 8888), "ninth": (ninth_batch, 9999)}
+              "seventh": (seventh_batch, 7777), "eighth": (eighth_batch, 8888), "ninth": (ninth_batch, 9999),
+              "tenth": (tenth_batch, 10101)}
 
 
 def _recall_by(data, det, pts, key):
@@ -53,7 +56,7 @@ def main(argv=None) -> int:
     ap.add_argument("--generator", required=True, choices=sorted(GENERATORS))
     ap.add_argument("--weights", required=True)
     ap.add_argument("--n", type=int, default=500)
-    ap.add_argument("--seed", type=int, default=None, help="default: 777 (third), 4444 (fourth), 5555 (fifth), 6666 (sixth), 7777 (seventh), 8888 (eighth), 9999 (ninth)")
+    ap.add_argument("--seed", type=int, default=None, help="default: 777 (third), 4444 (fourth), 5555 (fifth), 6666 (sixth), 7777 (seventh), 8888 (eighth), 9999 (ninth), 10101 (tenth)")
     ap.add_argument("--dtype", default="auto", choices=("auto", "fp32", "bf16"))
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
