@@ -81,7 +81,7 @@ def test_an_init_with_another_tiling_cap_trains_with_its_own(tmp_path, one_threa
     path.write_text(json.dumps(meta))
     T.train(tmp_path / "more", steps=1, init=str(tmp_path / "base"), **kw)
     assert load_model(tmp_path / "more").config.vision.max_crops == TINY.vision.max_crops + 3
-    meta["config"]["vision"]["dim"] = TINY.vision.dim * 2     # a weight shape: still refused
+    meta["config"]["vision"]["overlap_margin"] = TINY.vision.overlap_margin + 1   # any other difference: refused
     path.write_text(json.dumps(meta))
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match="another config than preset"):
         T.train(tmp_path / "bad", steps=1, init=str(tmp_path / "base"), **kw)

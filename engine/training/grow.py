@@ -33,7 +33,7 @@ def grown_config(config: MoondreamConfig, *, text_layers: int = 0, vision_layers
     return with_depth(config, config.text.n_layers + text_layers, config.vision.n_layers + vision_layers)
 
 
-def same_tiling(a: MoondreamConfig, b: MoondreamConfig) -> MoondreamConfig:
+def with_tiling_of(a: MoondreamConfig, b: MoondreamConfig) -> MoondreamConfig:
     """`a` with `b`'s tiling cap (`vision.max_crops`): the crop path's limit, not a weight's shape, so a
     checkpoint served with more tiles than its preset's still continues training (with its own cap)."""
     return dataclasses.replace(a, vision=dataclasses.replace(a.vision, max_crops=b.vision.max_crops))

@@ -128,7 +128,7 @@ from engine.model.text import rope_tables
 from engine.training.distributed import (STOP_INTERRUPTED, STOP_NONE, STOP_REASONS, STOP_TIME, SYNC_EVERY, Ranks,
                                          workers_per_rank)
 from engine.training.foreign import foreign_scene
-from engine.training.grow import grow, same_but_depth, same_tiling
+from engine.training.grow import grow, same_but_depth, with_tiling_of
 from engine.training.qa import make_qa, qa_ids
 from engine.training.vocab import build_tokenizer
 
@@ -914,7 +914,8 @@ def _train_ranks(out: str | Path, ranks: Ranks, *, preset: str | None, config: M
     grow_layers = {"text_layers": recipe["grow_text_layers"], "vision_layers": recipe["grow_vision_layers"]}
     if init:   # every rank loads it (DDP also starts every rank from rank 0's weights)
         model = load_model(init, dtype="fp32", device="cpu")
-        if not same_but_depth(same_tiling(model.config, config), config):   # a grown checkpoint continues under its base preset
+        # a grown checkpoint, or one served with another tiling cap, continues under its base preset
+        if not same_but_depth(with_tiling_of(model.config, config), config):
             raise ValueError(f"--init checkpoint {init} has another config than preset {preset!r}")
         if any(grow_layers.values()):
             model = grow(model, **grow_layers)
