@@ -1,4 +1,5 @@
-"""engine.training.foreign: the third to sixth generators as a training source (`engine.train --foreign`)."""
+"""engine.training.foreign: separately written generators as a training source (`engine.train --foreign`,
+`--foreign-from`)."""
 
 from __future__ import annotations
 
@@ -27,14 +28,28 @@ def test_foreign_scene_deterministic_and_every_generator_drawn():
         name, seed = foreign.draw(np.random.default_rng([3, i]))
         c = foreign.batch_function(name)(seed, 1)[0][0]          # the scene `draw` names
         assert np.array_equal(np.asarray(a.image), np.asarray(c.image)) and a.objects == c.objects
-    assert {foreign.draw(np.random.default_rng([3, i]))[0] for i in range(16)} == set(foreign.GENERATORS)
+    assert {foreign.draw(np.random.default_rng([3, i]))[0] for i in range(16)} == set(foreign.SESSION51)
 
 
-def test_foreign_objects_fit_the_training_labels():
+def test_foreign_from_draws_among_the_named_generators_only():
+    every = tuple(foreign.GENERATORS)
+    assert {"seventh", "eighth"} <= set(every) and set(foreign.SESSION51) < set(every)
+    assert {foreign.draw(np.random.default_rng([5, i]), every)[0] for i in range(40)} == set(every)
+    assert {foreign.draw(np.random.default_rng([5, i]), ("eighth",))[0] for i in range(8)} == {"eighth"}
+    # the default is the session-51 set: the same names and seeds as naming it
+    for i in range(8):
+        rng = np.random.default_rng([6, i])
+        assert foreign.draw(np.random.default_rng([6, i])) == foreign.draw(rng, foreign.SESSION51)
+    with pytest.raises(ValueError, match="unknown scene generator 'ninth'"):
+        foreign.check_names(("third", "ninth"))
+
+
+@pytest.mark.parametrize("names", [foreign.SESSION51, ("seventh", "eighth")])
+def test_foreign_objects_fit_the_training_labels(names):
     """Every object carries the mask `cell_labels` reads and a box inside the image; vocabulary
     names are the project's."""
     for i in range(12):
-        scene = foreign.foreign_scene(np.random.default_rng([4, i]))
+        scene = foreign.foreign_scene(np.random.default_rng([4, i]), names)
         w, h = scene.image.size
         for o in scene.objects:
             x0, y0, x1, y1 = o.box
@@ -55,8 +70,17 @@ def test_make_batch_with_foreign_scenes(prompts):
     assert all(np.array_equal(a[k], b[k]) for k in a)
     assert a["crops"].shape[0] == a["n_crops"].sum() and not np.array_equal(a["crops"][:1], own["crops"][:1])
     assert list(a["img"]) == [0] * 4 + [1] * 4 + [2] * 4
+    c = T.make_batch(TINY, prompts, 5, 3, batch=3, queries=4, scene_kw=SMALL_SCENES, foreign=1.0,
+                     foreign_from=("seventh", "eighth"))
+    assert c["crops"].shape[0] == c["n_crops"].sum() and not np.array_equal(c["crops"][:1], a["crops"][:1])
 
 
 def test_foreign_share_is_checked():
     with pytest.raises(SystemExit):
         T.main(["--out", "/nonexistent", "--foreign", "1.5"])
+
+
+def test_foreign_from_is_checked(capsys):
+    with pytest.raises(SystemExit):
+        T.main(["--out", "/nonexistent", "--foreign", "0.5", "--foreign-from", "third,tenth"])
+    assert "unknown scene generator 'tenth'" in capsys.readouterr().err

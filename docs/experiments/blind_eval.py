@@ -1,7 +1,8 @@
 """Evaluate a checkpoint on a separately written scene generator: the third to sixth
 (engine/training/foreign/, written as blind checks in sessions 36-38, training sources since session 51),
-the seventh (docs/experiments/seventh_scenes.py, session 38; it chose among session 51's candidates),
-the eighth (docs/experiments/eighth_scenes.py, session 51, blind), the ninth
+the seventh (engine/training/foreign/seventh.py, session 38; it chose among session 51's candidates) and
+the eighth (engine/training/foreign/eighth.py, session 51; blind until session 52), both training sources
+with `--foreign-from` since session 53, the ninth
 (docs/experiments/ninth_scenes.py, blind: stickers and 3D-ish tokens on photograph-like backgrounds) or the tenth
 (docs/experiments/tenth_scenes.py, blind: worksheets, app screenshots, neon, magnets, mosaics, LED panels, patches).
 
@@ -24,18 +25,16 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 
-from docs.experiments.eighth_scenes import eighth_batch  # noqa: E402
 from docs.experiments.ninth_scenes import ninth_batch  # noqa: E402
-from docs.experiments.seventh_scenes import seventh_batch  # noqa: E402
 from docs.experiments.tenth_scenes import tenth_batch  # noqa: E402
 from engine.training.evaluate import greedy_match, point_match, score_objects  # noqa: E402
 from engine.training.foreign import batch_function  # noqa: E402
 
 # name → (batch function, default seed)
 GENERATORS = {**{name: (batch_function(name), seed) for name, seed in
-                 (("third", 777), ("fourth", 4444), ("fifth", 5555), ("sixth", 6666))},
-              "seventh": (seventh_batch, 7777), "eighth": (eighth_batch, 8888), "ninth": (ninth_batch, 9999),
-              "tenth": (tenth_batch, 10101)}
+                 (("third", 777), ("fourth", 4444), ("fifth", 5555), ("sixth", 6666), ("seventh", 7777),
+                  ("eighth", 8888))},
+              "ninth": (ninth_batch, 9999), "tenth": (tenth_batch, 10101)}
 
 
 def _recall_by(data, det, pts, key):

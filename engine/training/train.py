@@ -10,6 +10,7 @@
                            [--clutter]   (printed-text and leaf backgrounds, engine/training/clutter.py)
                            [--poses]   (half the diamonds and squares stand on a vertex, scenes.VERTEX_POSES)
                            [--foreign P]   (a share P of the scenes drawn by engine/training/foreign's generators)
+                           [--foreign-from NAMES]   (which of them, e.g. third,fourth,fifth,sixth,seventh,eighth)
 
 On every GPU of the host (one rank per GPU, DistributedDataParallel; `engine.training.distributed`):
 
@@ -127,7 +128,7 @@ from engine.serving.skills import normalize_query, prompt_ids
 from engine.model.text import rope_tables
 from engine.training.distributed import (STOP_INTERRUPTED, STOP_NONE, STOP_REASONS, STOP_TIME, SYNC_EVERY, Ranks,
                                          workers_per_rank)
-from engine.training.foreign import foreign_scene
+from engine.training.foreign import GENERATORS as FOREIGN_GENERATORS, SESSION51, check_names, foreign_scene
 from engine.training.grow import grow, same_but_depth, with_tiling_of
 from engine.training.qa import make_qa, qa_ids
 from engine.training.vocab import build_tokenizer
@@ -166,6 +167,7 @@ RECIPE: dict[str, Any] = {
     "hard_rate": 0.0,        # share of those drawn among near misses (scenes.near_miss); 0: none
     "qa_frac": 0.0,          # share of sequences that are questions / captions (engine.training.qa); 0: none
     "foreign": 0.0,          # share of scenes drawn by engine.training.foreign's generators; 0: none
+    "foreign_from": SESSION51,   # which of them (foreign.GENERATORS keys), one at random per scene
     "minutes": None,         # wall-time budget (None: until `steps`)
     "calibrate_s": 60.0,     # the rate is read over its second half (after 30 s the data workers' queues are full)
     "heldout": 150,          # after training: greedy detect + point (engine.model.reference) on this many
@@ -259,15 +261,15 @@ def query_sequence(prompt: list[int], skill: str, matches, config: MoondreamConf
 def make_batch(config: MoondreamConfig, prompts: dict, seed: int, index: int, *, batch: int, queries: int,
                point_frac: float = 0.5, scene_kw: dict | None = None, empty_rate: float = 0.15,
                hard_rate: float = 0.0, qa_frac: float = 0.0, foreign: float = 0.0,
-               tokenizer=None) -> dict[str, np.ndarray]:
+               foreign_from: tuple[str, ...] = SESSION51, tokenizer=None) -> dict[str, np.ndarray]:
     """Batch `index` of the stream `seed`: `batch` scenes, `queries` sequences each, collated.
 
     With `qa_frac` > 0 each sequence is, with that probability, a question or caption about the
     image (`engine.training.qa.make_qa`, encoded with `tokenizer`) instead of a point/detect query;
     qa_frac 0 draws no extra random numbers, so the stream is the same as without QA.
     With `foreign` > 0 each scene is, with that probability, drawn by one of the generators of
-    `engine.training.foreign` (written apart from scenes.py) instead of `make_scene`; its queries
-    are made here as for any scene. foreign 0 likewise draws nothing extra.
+    `engine.training.foreign` named in `foreign_from` (written apart from scenes.py) instead of
+    `make_scene`; its queries are made here as for any scene. foreign 0 likewise draws nothing extra.
 
     Returns numpy arrays: crops uint8 [C, S, S, 3] (all images' crops, global first per image),
     n_crops [B], tiling [B, 2], img [N] (image of each sequence), and [N, T] padded sequence arrays
@@ -277,7 +279,7 @@ def make_batch(config: MoondreamConfig, prompts: dict, seed: int, index: int, *,
     crops, n_crops, tiling, seqs, img, cells = [], [], [], [], [], []
     for b in range(batch):
         rng = np.random.default_rng([seed, index, b])
-        scene = foreign_scene(rng) if foreign and rng.random() < foreign else make_scene(rng, **scene_kw)
+        scene = foreign_scene(rng, foreign_from) if foreign and rng.random() < foreign else make_scene(rng, **scene_kw)
         oc = overlap_crop_image(scene.image, config.vision)
         crops.append(oc.crops)
         n_crops.append(oc.n_crops)
@@ -889,6 +891,7 @@ def _train_ranks(out: str | Path, ranks: Ranks, *, preset: str | None, config: M
     for key in ("empty_rate", "hard_rate", "qa_frac"):
         if not 0.0 <= recipe[key] <= 1.0:
             raise ValueError(f"{key} must be between 0 and 1, got {recipe[key]}")
+    recipe["foreign_from"] = check_names(recipe["foreign_from"])
     preset = recipe["preset"] = preset or recipe["preset"]
     config = config or PRESETS[preset]
     if workers is None:
@@ -947,7 +950,7 @@ def _train_ranks(out: str | Path, ranks: Ranks, *, preset: str | None, config: M
     data_kw = dict(batch=recipe["batch"], queries=recipe["queries"], point_frac=recipe["point_frac"],
                    scene_kw=recipe["scene"], empty_rate=recipe["empty_rate"],
                    hard_rate=recipe["hard_rate"], qa_frac=recipe["qa_frac"], foreign=recipe["foreign"],
-                   tokenizer=tokenizer if recipe["qa_frac"] else None)
+                   foreign_from=tuple(recipe["foreign_from"]), tokenizer=tokenizer if recipe["qa_frac"] else None)
     stream = batch_stream(config, prompts, seed, start=0, workers=workers, pin=dev.type == "cuda", fixed=fixed_batch,
                           rank=ranks.rank, world=ranks.world, **data_kw)
     timer = {"wait": 0.0}
@@ -1237,8 +1240,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="some backgrounds are printed text or leaves (engine/training/clutter.py): many small marks "
                         "that are not objects")
     p.add_argument("--foreign", type=float,
-                   help="share of the scenes drawn by the third to sixth generators (engine/training/foreign: other "
+                   help="share of the scenes drawn by separately written generators (engine/training/foreign: other "
                         f"drawing code, shades and backgrounds; queries made as for any scene); default {RECIPE['foreign']}")
+    p.add_argument("--foreign-from", dest="foreign_from", type=lambda v: tuple(n.strip() for n in v.split(",") if n.strip()),
+                   metavar="NAMES", help="which of those generators, comma-separated, one at random per scene "
+                                         f"(from {', '.join(FOREIGN_GENERATORS)}); default {','.join(RECIPE['foreign_from'])}")
     p.add_argument("--fixed-batch", action="store_true", help="train on batch 0 every step (overfitting check)")
     p.add_argument("--coord-sigma", dest="coord_sigma", type=float, nargs=2, metavar=("FROM", "TO"),
                    help=f"coordinate label smoothing σ in bins, first → settled; default {RECIPE['coord_sigma']} "
@@ -1250,6 +1256,11 @@ def main(argv: list[str] | None = None) -> int:
                         ("--foreign", a.foreign)):
         if value is not None and not 0.0 <= value <= 1.0:
             p.error(f"{flag} must be between 0 and 1, got {value}")
+    if a.foreign_from is not None:
+        try:
+            check_names(a.foreign_from)
+        except ValueError as e:
+            p.error(f"--foreign-from: {e}")
     for flag, value in (("--grow-text-layers", a.grow_text_layers), ("--grow-vision-layers", a.grow_vision_layers)):
         if value is not None and not 0 <= value <= 16:
             p.error(f"{flag} must be between 0 and 16, got {value}")
@@ -1258,7 +1269,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {k: getattr(a, k) for k in ("steps", "batch", "queries", "reuse", "lr", "warmup", "seed", "minutes",
                                             "save_every", "log_every", "heldout", "coord_sigma", "size_sigma", "qa_frac",
                                             "empty_rate", "hard_rate", "grow_text_layers", "grow_vision_layers",
-                                            "foreign")}
+                                            "foreign", "foreign_from")}
     if overrides["minutes"] == 0:
         overrides["minutes"] = None
     if a.variety or a.lookalikes or a.style or a.poses or a.clutter:

@@ -1,19 +1,21 @@
 """Scenes drawn by code written apart from `engine/training/scenes.py`, as a training source.
 
-The third to sixth generators (`third.py` … `sixth.py`) were written in sessions 36–38 as blind
-evaluation generators, each by a writer who did not read the training generator: other drawing
-code, other shades for the same colour names, other backgrounds and camera effects. Their
-failures have since been read, so they no longer serve as blind checks; from session 51 they are a
-training source instead: `engine.train --foreign P` draws a share P of the training scenes from
-them (one of the four at random per scene), so the model sees the same vocabulary drawn four more
-ways. Queries, questions and captions for those scenes are made by the training code
-(`scenes.make_query`, `qa.make_qa`), so the labels follow the project's query rules.
+The third to sixth generators (`third.py` … `sixth.py`) were written in sessions 36–38, the seventh
+(`seventh.py`) in session 38 and the eighth (`eighth.py`) in session 51, each as a blind evaluation
+generator by a writer who did not read the training generator: other drawing code, other shades
+for the same colour names, other backgrounds and camera effects. Their failures have since been
+read, so they no longer serve as blind checks. `engine.train --foreign P` draws a share P of the
+training scenes from them, one generator of `--foreign-from` at random per scene (default
+`SESSION51`, the third to sixth, so session 51's recipes draw the same scenes as they did), so the
+model sees the same vocabulary drawn more ways. Queries, questions and captions for those scenes are
+made by the training code (`scenes.make_query`, `qa.make_qa`), so the labels follow the project's
+query rules.
 
 Never trained on: the independent generator (`engine/training/independent_scenes.py`,
-`engine.evaluate --generator independent`) and the blind seventh and eighth
-(`docs/experiments/seventh_scenes.py`, `eighth_scenes.py`).
+`engine.evaluate --generator independent`) and the blind ninth and tenth
+(`docs/experiments/ninth_scenes.py`, `tenth_scenes.py`).
 
-The generators import scipy and draw at 30–90 ms a scene on one core, so they are loaded on first
+The generators import scipy and draw at 20–90 ms a scene on one core, so they are loaded on first
 use.
 """
 
@@ -32,7 +34,21 @@ GENERATORS: dict[str, tuple[str, str]] = {
     "fourth": ("engine.training.foreign.fourth", "fourth_batch"),
     "fifth": ("engine.training.foreign.fifth", "fifth_batch"),
     "sixth": ("engine.training.foreign.sixth", "sixth_batch"),
+    "seventh": ("engine.training.foreign.seventh", "seventh_batch"),
+    "eighth": ("engine.training.foreign.eighth", "eighth_batch"),
 }
+SESSION51: tuple[str, ...] = ("third", "fourth", "fifth", "sixth")   # the default set of `draw`
+
+
+def check_names(names) -> tuple[str, ...]:
+    """`names` as a tuple, each a key of GENERATORS (ValueError naming the unknown one otherwise)."""
+    names = tuple(names)
+    for name in names:
+        if name not in GENERATORS:
+            raise ValueError(f"unknown scene generator {name!r}: choose from {', '.join(GENERATORS)}")
+    if not names:
+        raise ValueError("no scene generator named: give at least one of " + ", ".join(GENERATORS))
+    return names
 
 
 def batch_function(name: str) -> Callable[[int, int], list]:
@@ -41,15 +57,15 @@ def batch_function(name: str) -> Callable[[int, int], list]:
     return getattr(importlib.import_module(module), attr)
 
 
-def draw(rng: np.random.Generator) -> tuple[str, int]:
-    """Which scene `foreign_scene` makes, from two draws of `rng`: a generator name (uniformly) and
-    a 31-bit seed for its first scene."""
-    names = sorted(GENERATORS)
+def draw(rng: np.random.Generator, names: tuple[str, ...] = SESSION51) -> tuple[str, int]:
+    """Which scene `foreign_scene` makes, from two draws of `rng`: a generator name (uniformly among
+    `names`, in sorted order) and a 31-bit seed for its first scene."""
+    names = sorted(names)
     name = names[int(rng.integers(len(names)))]
     return name, int(rng.integers(2 ** 31))
 
 
-def foreign_scene(rng: np.random.Generator) -> Scene:
-    """The scene `draw(rng)` names; the generator's own query is dropped."""
-    name, seed = draw(rng)
+def foreign_scene(rng: np.random.Generator, names: tuple[str, ...] = SESSION51) -> Scene:
+    """The scene `draw(rng, names)` names; the generator's own query is dropped."""
+    name, seed = draw(rng, names)
     return batch_function(name)(seed, 1)[0][0]

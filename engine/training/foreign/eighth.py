@@ -1,4 +1,8 @@
-"""Eighth scene generator: an evaluation-only set of synthetic scenes, written blind.
+"""Eighth scene generator: synthetic scenes written blind in session 51 as an evaluation set.
+
+Its figures vetoed session 52's candidates, so they have been read; since session 53 it is also a
+training source (`engine.train --foreign-from`, engine/training/foreign/__init__.py), so they are no
+longer blind.
 
 It draws none of the project's other generators' code or numbers. What it draws:
 
@@ -26,21 +30,17 @@ It draws none of the project's other generators' code or numbers. What it draws:
   the scene (often a near miss, e.g. "diamond" beside squares, "red" beside pink), the rest name a
   kind that is present. Query.matches is always `matches(text, scene.objects)`.
 
-Pair i depends only on (seed, i). `python docs/experiments/eighth_scenes.py` prints a summary.
+Pair i depends only on (seed, i). `python -m engine.training.foreign.eighth` prints a summary.
 """
 
-import sys
-from pathlib import Path
+import colorsys
+import io
+import math
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from engine.training.scenes import Query, Scene, SceneObject, matches  # noqa: E402
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter
 
-import colorsys  # noqa: E402
-import io  # noqa: E402
-import math  # noqa: E402
-
-import numpy as np  # noqa: E402
-from PIL import Image, ImageDraw, ImageFilter  # noqa: E402
+from engine.training.scenes import Query, Scene, SceneObject, matches
 
 SHAPES = ("circle", "square", "triangle", "star", "cross", "hexagon", "diamond")
 COLOURS = ("red", "green", "blue", "yellow", "purple", "orange", "white", "black")

@@ -1,6 +1,9 @@
-"""Seventh evaluation scene set: "photos and screenshots of shapes people send".
+"""Seventh scene set: "photos and screenshots of shapes people send".
 
-Drawn without reference to the training generator or the other evaluation sets.
+Written in session 38 as a blind evaluation set, without reference to the training generator or the
+other evaluation sets; it chose among session 51's candidates, so its failures have been read. Since
+session 53 it is also a training source (`engine.train --foreign-from`, engine/training/foreign/__init__.py),
+so its figures are no longer blind.
 Each scene imitates something a user might photograph or screenshot and then ask
 "find the red star":
 
@@ -48,20 +51,16 @@ Each scene imitates something a user might photograph or screenshot and then ask
   confusable colour such as red<->orange/pink) plus 0-14 random extras.
   Image short side 200-520 px, aspect 1-2 either orientation.
 """
+import colorsys
+import io
+import math
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-from engine.training.scenes import Query, Scene, SceneObject  # noqa: E402
+import numpy as np
+from PIL import Image, ImageDraw
+from scipy import ndimage
 
-import colorsys  # noqa: E402
-import io  # noqa: E402
-import math  # noqa: E402
-
-import numpy as np  # noqa: E402
-from PIL import Image, ImageDraw  # noqa: E402
-from scipy import ndimage  # noqa: E402
+from engine.training.scenes import Query, Scene, SceneObject
 
 SHAPES = ("circle", "square", "triangle", "star", "cross", "hexagon", "diamond")
 COLOURS = ("red", "green", "blue", "yellow", "purple", "orange", "white", "black")

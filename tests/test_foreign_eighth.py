@@ -1,17 +1,11 @@
-"""Fast checks of the blind, evaluation-only eighth scene generator (docs/experiments/eighth_scenes.py)."""
-
-import importlib.util
-from pathlib import Path
+"""Fast checks of the eighth scene generator (engine/training/foreign/eighth.py; blind in sessions 51-52,
+a training source since session 53)."""
 
 import numpy as np
 import pytest
 
+from engine.training.foreign import eighth as es
 from engine.training.scenes import matches
-
-_PATH = Path(__file__).resolve().parents[1] / "docs" / "experiments" / "eighth_scenes.py"
-_spec = importlib.util.spec_from_file_location("eighth_scenes", _PATH)
-es = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(es)
 
 SEED = 3
 

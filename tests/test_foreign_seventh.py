@@ -1,15 +1,10 @@
-"""Contract checks for docs/experiments/seventh_scenes.py (independent rule oracle)."""
+"""Contract checks for engine/training/foreign/seventh.py (independent rule oracle)."""
 import colorsys
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("seventh_scenes", ROOT / "docs/experiments/seventh_scenes.py")
-seventh = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(seventh)
+from engine.training.foreign import seventh
 
 SHAPES = ("circle", "square", "triangle", "star", "cross", "hexagon", "diamond")
 COLOURS = ("red", "green", "blue", "yellow", "purple", "orange", "white", "black")
