@@ -150,7 +150,7 @@ def test_colours_read_as_named(batch):
 
 def test_shade_families_apart():
     """Different colour names' shade ranges do not come close to each other (Lab distance)."""
-    lab, names = E._FAMILY_LAB, E._FAMILY_NAME
+    lab, names = E.FAMILY_LAB, E.FAMILY_NAME
     d = np.linalg.norm(lab[:, None] - lab[None], axis=-1)
     other = names[:, None] != names[None]
     assert d[other].min() > 15

@@ -162,7 +162,7 @@ def _family_samples():
     return np.concatenate(labs), np.array(names)
 
 
-_FAMILY_LAB, _FAMILY_NAME = _family_samples()
+FAMILY_LAB, FAMILY_NAME = _family_samples()
 
 
 def read_colour(rgb) -> str:
@@ -170,8 +170,8 @@ def read_colour(rgb) -> str:
     c = np.asarray(rgb, np.float64)
     if c.max() > 1.0:
         c = c / 255.0
-    d = np.linalg.norm(_FAMILY_LAB - to_lab(c), axis=1)
-    return str(_FAMILY_NAME[int(np.argmin(d))])
+    d = np.linalg.norm(FAMILY_LAB - to_lab(c), axis=1)
+    return str(FAMILY_NAME[int(np.argmin(d))])
 
 
 # ----------------------------------------------------------------------------- geometry

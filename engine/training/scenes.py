@@ -36,6 +36,7 @@ from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
 from engine.model.vocabulary import Vocabulary
 from engine.training import styles
+from engine.training.cells import CELLS_P, cell_grid
 from engine.training.clutter import CLUTTER_BACKGROUNDS, CLUTTER_P, leaves_background, print_background
 
 # The vocabulary (one home; README "The embedded model" repeats it). Names never overlap:
@@ -511,7 +512,7 @@ def _try_place(rng, owner, placed, shape, colour, diameter, w, h, poses=False):
 def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: int = 10,
                size_range: tuple[int, int] = (96, 512), distractors: int = 0, crowd_rate: float = 0.0,
                effects: bool = False, variety: bool = False, lookalikes: bool = False,
-               style: bool = False, poses: bool = False, clutter: bool = False) -> Scene:
+               style: bool = False, poses: bool = False, clutter: bool = False, cells: bool = False) -> Scene:
     """One random scene: width uniform in size_range, height uniform in size_range within an
     aspect ratio of MAX_ASPECT. The count of vocabulary objects is drawn uniformly from
     [min_objects, max_objects]; in a crowded small image fewer may fit (placement gives up after
@@ -526,7 +527,8 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
     style: drawing styles (training only, `styles.py`): shadows, shading and rims on objects, and an
     affine warp of the whole scene; objects are then no longer one flat colour.
     poses: VERTEX_POSE_P of the diamonds and squares stand on a vertex (training only).
-    clutter: some backgrounds are printed text or leaves (`clutter.py`, training only)."""
+    clutter: some backgrounds are printed text or leaves (`clutter.py`, training only).
+    cells: CELLS_P of the scenes are redrawn as LED panels or tile mosaics (`cells.py`, training only)."""
     if not 0 <= min_objects <= max_objects:
         raise ValueError(f"need 0 <= min_objects <= max_objects, got {min_objects}, {max_objects}")
     lo, hi = size_range
@@ -588,6 +590,14 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
                 iy, ix = _inner_point(p["visible"])
                 p["pix"] = (p["rect"][0] + iy, p["rect"][1] + ix)
                 p["size"] *= grow
+    if cells and placed and rng.random() < CELLS_P:
+        redrawn = cell_grid(rng, pixels, owner, placed)
+        if redrawn is not None:
+            pixels, owner, placed, cell_kind = redrawn
+            kind = f"{kind}+{cell_kind}"
+            for p in placed:
+                iy, ix = _inner_point(p["visible"])
+                p["pix"] = (p["rect"][0] + iy, p["rect"][1] + ix)
     objects = []
     for p in placed:
         y0, x0, y1, x1 = p["rect"]

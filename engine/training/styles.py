@@ -132,13 +132,24 @@ def affine_warp(pixels: np.ndarray, owner: np.ndarray, placed: list[dict[str, An
         full = Image.new("L", (w, h), 0)
         full.paste(Image.fromarray(p["mask"].astype(np.uint8) * 255), (x0, y0))
         m = np.asarray(full.transform((nw, nh), Image.AFFINE, coeffs, Image.NEAREST, fillcolor=0)) > 127
-        rows, cols = np.flatnonzero(m.any(axis=1)), np.flatnonzero(m.any(axis=0))
-        if rows.size == 0:
+        part = drawn_part(m, own, i)
+        if part is None:
             return None
-        r0, r1, c0, c1 = int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
-        mask = m[r0:r1, c0:c1]
-        visible = mask & (own[r0:r1, c0:c1] == i)
-        if not visible.any():
-            return None
-        warped.append({**p, "mask": mask, "rect": (r0, c0, r1, c1), "visible": visible})
+        warped.append({**p, **part})
     return out.copy(), own, warped
+
+
+def drawn_part(m: np.ndarray, owner: np.ndarray, i: int) -> dict[str, Any] | None:
+    """Object i's "mask" (its full shape `m`, a canvas-sized bool map, cropped to its tight box),
+    "rect" (y0, x0, y1, x1) and "visible" (the pixels of that box `owner` gives to i); None when
+    `m` is empty or no pixel of it is visible. Used by every whole-scene redraw (`affine_warp`,
+    `cells.cell_grid`)."""
+    rows, cols = np.flatnonzero(m.any(axis=1)), np.flatnonzero(m.any(axis=0))
+    if rows.size == 0:
+        return None
+    r0, r1, c0, c1 = int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
+    mask = m[r0:r1, c0:c1]
+    visible = mask & (owner[r0:r1, c0:c1] == i)
+    if not visible.any():
+        return None
+    return {"mask": mask, "rect": (r0, c0, r1, c1), "visible": visible}

@@ -9,6 +9,7 @@
                            [--style]   (shadows, shading, rims and whole-scene warps, engine/training/styles.py)
                            [--clutter]   (printed-text and leaf backgrounds, engine/training/clutter.py)
                            [--poses]   (half the diamonds and squares stand on a vertex, scenes.VERTEX_POSES)
+                           [--cells]   (some scenes redrawn as LED panels or tile mosaics, engine/training/cells.py)
                            [--foreign P]   (a share P of the scenes drawn by engine/training/foreign's generators)
                            [--foreign-from NAMES]   (which of them, e.g. third,fourth,fifth,sixth,seventh,eighth)
 
@@ -1239,6 +1240,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clutter", action="store_true",
                    help="some backgrounds are printed text or leaves (engine/training/clutter.py): many small marks "
                         "that are not objects")
+    p.add_argument("--cells", action="store_true",
+                   help="some scenes are redrawn as LED panels or tile mosaics (engine/training/cells.py): shapes "
+                        "made of separate cells")
     p.add_argument("--foreign", type=float,
                    help="share of the scenes drawn by separately written generators (engine/training/foreign: other "
                         f"drawing code, shades and backgrounds; queries made as for any scene); default {RECIPE['foreign']}")
@@ -1272,9 +1276,9 @@ def main(argv: list[str] | None = None) -> int:
                                             "foreign", "foreign_from")}
     if overrides["minutes"] == 0:
         overrides["minutes"] = None
-    if a.variety or a.lookalikes or a.style or a.poses or a.clutter:
+    if a.variety or a.lookalikes or a.style or a.poses or a.clutter or a.cells:
         overrides["scene"] = {**(VARIETY_SCENES if a.variety else RECIPE["scene"]),
-                              **{flag: True for flag in ("lookalikes", "style", "poses", "clutter") if getattr(a, flag)}}
+                              **{flag: True for flag in ("lookalikes", "style", "poses", "clutter", "cells") if getattr(a, flag)}}
     train(a.out, preset=a.preset, device=a.device, workers=a.workers, init=a.init, fixed_batch=a.fixed_batch, **overrides)
     return 0
 
