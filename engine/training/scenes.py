@@ -587,8 +587,7 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
             h, w = owner.shape
             grow = math.sqrt(abs(float(np.linalg.det(fwd)))) * short / min(w, h)   # sizes: old short side → new
             for p in placed:
-                iy, ix = _inner_point(p["visible"])
-                p["pix"] = (p["rect"][0] + iy, p["rect"][1] + ix)
+                p["pix"] = _visible_point(p)
                 p["size"] *= grow
     if cells and placed and rng.random() < CELLS_P:
         redrawn = cell_grid(rng, pixels, owner, placed)
@@ -596,8 +595,7 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
             pixels, owner, placed, cell_kind = redrawn
             kind = f"{kind}+{cell_kind}"
             for p in placed:
-                iy, ix = _inner_point(p["visible"])
-                p["pix"] = (p["rect"][0] + iy, p["rect"][1] + ix)
+                p["pix"] = _visible_point(p)
     objects = []
     for p in placed:
         y0, x0, y1, x1 = p["rect"]
@@ -611,6 +609,13 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
             rgb=p["rgb"], tilt=p["tilt"], size=p["size"], mask=mask))
     scene = Scene(image=Image.fromarray(pixels, mode="RGB"), objects=tuple(objects), background=kind)
     return photo_effects(rng, scene, tone=variety) if effects else scene
+
+
+def _visible_point(p: dict[str, Any]) -> tuple[int, int]:
+    """The canvas pixel (y, x) of a redrawn object's point: `_inner_point` of its "visible" part,
+    offset by its "rect" (after a whole-scene redraw: `styles.affine_warp`, `cells.cell_grid`)."""
+    iy, ix = _inner_point(p["visible"])
+    return p["rect"][0] + iy, p["rect"][1] + ix
 
 
 def _distractor(rng: np.random.Generator, lookalikes: bool = False) -> tuple[str, str, Sequence[float]]:

@@ -951,7 +951,7 @@ def _train_ranks(out: str | Path, ranks: Ranks, *, preset: str | None, config: M
     data_kw = dict(batch=recipe["batch"], queries=recipe["queries"], point_frac=recipe["point_frac"],
                    scene_kw=recipe["scene"], empty_rate=recipe["empty_rate"],
                    hard_rate=recipe["hard_rate"], qa_frac=recipe["qa_frac"], foreign=recipe["foreign"],
-                   foreign_from=tuple(recipe["foreign_from"]), tokenizer=tokenizer if recipe["qa_frac"] else None)
+                   foreign_from=recipe["foreign_from"], tokenizer=tokenizer if recipe["qa_frac"] else None)
     stream = batch_stream(config, prompts, seed, start=0, workers=workers, pin=dev.type == "cuda", fixed=fixed_batch,
                           rank=ranks.rank, world=ranks.world, **data_kw)
     timer = {"wait": 0.0}
