@@ -10,6 +10,10 @@ photographed CRTs, cross-stitch and beads, cork-board cut-outs).
 
     python docs/experiments/blind_eval.py --generator third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh --weights DIR [--n 500]
                                           [--seed S] [--dtype auto|fp32|bf16] [--json OUT]
+                                          [--split LABEL=KIND,KIND,...]
+
+`--split` adds the headline metrics over the scenes of the named kinds (the generator's `background`
+labels) and over the rest, e.g. `--split cells=stitch,pixelart` for the eleventh (session 54's rule).
 
 Metrics are computed as `engine.training.evaluate.evaluate()` computes them (its public metric
 functions); also a per-shape / per-colour / per-background / per-size breakdown of detect and point recall.
@@ -30,7 +34,8 @@ import time  # noqa: E402
 from docs.experiments.eleventh_scenes import eleventh_batch  # noqa: E402
 from docs.experiments.ninth_scenes import ninth_batch  # noqa: E402
 from docs.experiments.tenth_scenes import tenth_batch  # noqa: E402
-from engine.training.evaluate import greedy_match, point_match, score_objects  # noqa: E402
+from engine.training.evaluate import (detect_metrics, greedy_match, point_match, point_metrics,  # noqa: E402
+                                      score_objects)
 from engine.training.foreign import batch_function  # noqa: E402
 
 # name → (batch function, default seed)
@@ -53,6 +58,17 @@ def _recall_by(data, det, pts, key):
     return {k: {"objects": n, "detect_recall": d / n, "point_recall": p / n} for k, (n, d, p) in sorted(table.items())}
 
 
+def _headlines(data, answers, idx) -> dict:
+    """AP50, point hit, exact count and absent→empty (as `score_objects` reports them) over data[idx]."""
+    dm = detect_metrics([(answers["detect"][i], [o.box for o in data[i][1].matches]) for i in idx],
+                        scores=[answers["scores"][i] for i in idx])
+    pm = point_metrics([(answers["point"][i], data[i][1].matches, data[i][0].image.size) for i in idx])
+    empties = [v for v in (dm["empty_accuracy"], pm["empty_accuracy"]) if v is not None]
+    return {"queries": len(idx), "detect_ap50": dm["ap50"], "point_hit_rate": pm["hit_rate"],
+            "count_exact": (dm["count_exact"] + pm["count_exact"]) / 2,
+            "empty_accuracy": sum(empties) / len(empties) if empties else None}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--generator", required=True, choices=sorted(GENERATORS))
@@ -61,7 +77,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=None, help="default: 777 (third), 4444 (fourth), 5555 (fifth), 6666 (sixth), 7777 (seventh), 8888 (eighth), 9999 (ninth), 10101 (tenth), 11011 (eleventh)")
     ap.add_argument("--dtype", default="auto", choices=("auto", "fp32", "bf16"))
     ap.add_argument("--json", default=None)
+    ap.add_argument("--split", default=None, metavar="LABEL=KIND,KIND",
+                    help="also report the headline metrics over scenes of these kinds and over the rest")
     a = ap.parse_args(argv)
+    if a.split is not None and "=" not in a.split:
+        ap.error("--split takes LABEL=KIND,KIND,... (e.g. cells=stitch,pixelart)")
 
     from engine.serving.engine import Engine
 
@@ -96,6 +116,20 @@ def main(argv=None) -> int:
     for key in ("form", "crowd", "background"):
         print(f"by {key}: " + ", ".join(f"{k} AP50 {pct(v['detect_ap50'])} P {pct(v['detect_precision'])} "
                                         f"empty {pct(v['empty_accuracy'])} (q={v['queries']})" for k, v in b[key].items()))
+    if a.split is not None:
+        label, kinds = a.split.split("=", 1)
+        chosen = {k.strip() for k in kinds.split(",") if k.strip()}
+        unknown = chosen - {scene.background for scene, _ in data}
+        if unknown:
+            print(f"--split: no {a.generator} scene has kind {', '.join(sorted(unknown))}")
+        inside = [i for i, (scene, _) in enumerate(data) if scene.background in chosen]
+        outside = [i for i, (scene, _) in enumerate(data) if scene.background not in chosen]
+        report["split"] = {"label": label, "kinds": sorted(chosen), label: _headlines(data, answers, inside),
+                           "rest": _headlines(data, answers, outside)}
+        for name in (label, "rest"):
+            h = report["split"][name]
+            print(f"split {name}: AP50 {pct(h['detect_ap50'])} hit {pct(h['point_hit_rate'])} "
+                  f"exact {pct(h['count_exact'])} empty {pct(h['empty_accuracy'])} (q={h['queries']})")
     if a.json:
         Path(a.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {a.json}")
