@@ -63,10 +63,12 @@ def _headlines(data, answers, idx) -> dict:
     dm = detect_metrics([(answers["detect"][i], [o.box for o in data[i][1].matches]) for i in idx],
                         scores=[answers["scores"][i] for i in idx])
     pm = point_metrics([(answers["point"][i], data[i][1].matches, data[i][0].image.size) for i in idx])
-    empties = [v for v in (dm["empty_accuracy"], pm["empty_accuracy"]) if v is not None]
+    def mean(*values):
+        known = [v for v in values if v is not None]
+        return sum(known) / len(known) if known else None
     return {"queries": len(idx), "detect_ap50": dm["ap50"], "point_hit_rate": pm["hit_rate"],
-            "count_exact": (dm["count_exact"] + pm["count_exact"]) / 2,
-            "empty_accuracy": sum(empties) / len(empties) if empties else None}
+            "count_exact": mean(dm["count_exact"], pm["count_exact"]),
+            "empty_accuracy": mean(dm["empty_accuracy"], pm["empty_accuracy"])}
 
 
 def main(argv=None) -> int:
