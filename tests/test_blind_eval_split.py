@@ -3,22 +3,19 @@ Runs the shipped model on a dozen eleventh scenes on the CPU (a few seconds)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from tests.scene_labels import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
-PATH = ROOT / "docs" / "experiments" / "blind_eval.py"
 N = 12
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("blind_eval_under_test", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("blind_eval")
 
 
 def _run(tmp_path, split):

@@ -3,56 +3,21 @@ readable colours, queries consistent with `matches`. CPU only, a few seconds."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from scipy import ndimage
 
 from engine.training.scenes import Query, Scene, matches, parse_query
+from tests.scene_labels import assert_exact_labels, load_script, px_box, visible
 
-PATH = Path(__file__).resolve().parent.parent / "docs" / "experiments" / "eleventh_scenes.py"
 SEED, N = 11011, 36
 
-
-def _load():
-    name = "eleventh_scenes_under_test"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod          # before exec: the module defines dataclasses
-    spec.loader.exec_module(mod)
-    return mod
-
-
-E = _load()
+E = load_script("eleventh_scenes")
 
 
 @pytest.fixture(scope="module")
 def batch():
     return E.eleventh_batch(SEED, N)
-
-
-def _px_box(obj, W, H):
-    x0, y0, x1, y1 = obj.box
-    return round(x0 * W), round(y0 * H), round(x1 * W), round(y1 * H)
-
-
-def _visible(scene, k):
-    """Object k's visible pixels (its mask less the masks of later objects), in its box."""
-    W, H = scene.size
-    o = scene.objects[k]
-    x0, y0, x1, y1 = _px_box(o, W, H)
-    vis = o.mask.copy()
-    for later in scene.objects[k + 1:]:
-        a0, b0, a1, b1 = _px_box(later, W, H)
-        ix0, iy0, ix1, iy1 = max(x0, a0), max(y0, b0), min(x1, a1), min(y1, b1)
-        if ix0 < ix1 and iy0 < iy1:
-            vis[iy0 - y0:iy1 - y0, ix0 - x0:ix1 - x0] &= ~later.mask[iy0 - b0:iy1 - b0, ix0 - a0:ix1 - a0]
-    return vis
 
 
 def test_deterministic(batch):
@@ -83,19 +48,8 @@ def test_boxes_masks_points(batch):
     for scene, _ in batch:
         W, H = scene.size
         for k, o in enumerate(scene.objects):
-            x0, y0, x1, y1 = o.box
-            assert 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1
-            px0, py0, px1, py1 = _px_box(o, W, H)
-            assert abs(px0 - x0 * W) < 1e-6 and abs(py1 - y1 * H) < 1e-6      # whole pixels
-            assert o.mask.dtype == bool and o.mask.shape == (py1 - py0, px1 - px0)
-            # tight: the mask touches every side of its box
-            assert o.mask[0].any() and o.mask[-1].any() and o.mask[:, 0].any() and o.mask[:, -1].any()
-            # the point is a visible pixel of the object, inside its box
-            assert x0 <= o.point[0] <= x1 and y0 <= o.point[1] <= y1
-            vis = _visible(scene, k)
-            cx, cy = int(o.point[0] * W) - px0, int(o.point[1] * H) - py0
-            assert o.mask[cy, cx] and vis[cy, cx]
-            assert vis.sum() >= 0.7 * o.mask.sum()
+            assert_exact_labels(scene, k)
+            px0, py0, px1, py1 = px_box(o, W, H)
             short = min(W, H)
             assert 9.5 <= o.size * short and o.size <= 0.42
             assert 0 <= o.tilt <= 180
@@ -137,8 +91,8 @@ def test_colours_read_as_named(batch):
         img = np.asarray(scene.image)
         W, H = scene.size
         for k, o in enumerate(scene.objects):
-            x0, y0, x1, y1 = _px_box(o, W, H)
-            vis = _visible(scene, k)
+            x0, y0, x1, y1 = px_box(o, W, H)
+            vis = visible(scene, k)
             dist = ndimage.distance_transform_edt(np.pad(vis, 1))[1:-1, 1:-1]
             core = vis & (dist >= 0.4 * dist.max())      # the inner part: no outline, shading, edge blur
             med = np.median(img[y0:y1, x0:x1][core if core.sum() >= 8 else vis], 0)
