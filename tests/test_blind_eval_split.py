@@ -14,13 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 N = 12
 
 
-def _load():
-    return load_script("blind_eval")
-
-
 def _run(tmp_path, split):
     out = tmp_path / "report.json"
-    code = _load().main(["--generator", "eleventh", "--weights", str(ROOT / "assets" / "model"), "--n", str(N),
+    code = load_script("blind_eval").main(["--generator", "eleventh", "--weights", str(ROOT / "assets" / "model"), "--n", str(N),
                          "--dtype", "fp32", "--split", split, "--json", str(out)])
     assert code in (0, None)
     return json.loads(out.read_text(encoding="utf-8"))
@@ -46,4 +42,4 @@ def test_split_partitions_the_queries(tmp_path):
 
 def test_split_without_a_label_is_refused():
     with pytest.raises(SystemExit):
-        _load().main(["--generator", "eleventh", "--n", "1", "--split", "stitch"])
+        load_script("blind_eval").main(["--generator", "eleventh", "--n", "1", "--split", "stitch"])

@@ -37,8 +37,8 @@ from docs.experiments.eleventh_scenes import eleventh_batch  # noqa: E402
 from docs.experiments.ninth_scenes import ninth_batch  # noqa: E402
 from docs.experiments.tenth_scenes import tenth_batch  # noqa: E402
 from docs.experiments.twelfth_scenes import twelfth_batch  # noqa: E402
-from engine.training.evaluate import (detect_metrics, greedy_match, point_match, point_metrics,  # noqa: E402
-                                      score_objects)
+from engine.training.evaluate import (greedy_match, mean_of, point_match, score_objects,  # noqa: E402
+                                      subset_metrics)
 from engine.training.foreign import batch_function  # noqa: E402
 
 # name → (batch function, default seed)
@@ -64,15 +64,10 @@ def _recall_by(data, det, pts, key):
 
 def _headlines(data, answers, idx) -> dict:
     """AP50, point hit, exact count and absent→empty (as `score_objects` reports them) over data[idx]."""
-    dm = detect_metrics([(answers["detect"][i], [o.box for o in data[i][1].matches]) for i in idx],
-                        scores=[answers["scores"][i] for i in idx])
-    pm = point_metrics([(answers["point"][i], data[i][1].matches, data[i][0].image.size) for i in idx])
-    def mean(*values):
-        known = [v for v in values if v is not None]
-        return sum(known) / len(known) if known else None
+    dm, pm = subset_metrics(data, answers["detect"], answers["point"], answers["scores"], idx)
     return {"queries": len(idx), "detect_ap50": dm["ap50"], "point_hit_rate": pm["hit_rate"],
-            "count_exact": mean(dm["count_exact"], pm["count_exact"]),
-            "empty_accuracy": mean(dm["empty_accuracy"], pm["empty_accuracy"])}
+            "count_exact": mean_of(dm["count_exact"], pm["count_exact"]),
+            "empty_accuracy": mean_of(dm["empty_accuracy"], pm["empty_accuracy"])}
 
 
 def main(argv=None) -> int:

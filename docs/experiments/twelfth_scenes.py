@@ -230,8 +230,9 @@ class _Shift:
         return x0 - a, y0 - a, x1 + a, y1 + a
 
 
-def _sine_shift(waves, amp: float) -> "_Shift":
-    """A displacement along each wave's direction: waves are (nx, ny, wavelength, amplitude, phase), px."""
+def _sine_shift(waves) -> "_Shift":
+    """A displacement along each wave's direction: waves are (nx, ny, wavelength, amplitude, phase), px; its
+    bound is the sum of the amplitudes."""
     def fn(u, v):
         dx = np.zeros_like(u)
         dy = np.zeros_like(u)
@@ -240,7 +241,7 @@ def _sine_shift(waves, amp: float) -> "_Shift":
             dx += s * nx
             dy += s * ny
         return dx, dy
-    return _Shift(fn, amp)
+    return _Shift(fn, sum(w[3] for w in waves))
 
 
 class _Homography:
@@ -434,17 +435,15 @@ class Fabric(_Kind):
     def __init__(self, rng, W, H):
         super().__init__(rng, W, H)
         folds = []
-        amp = 0.0
         for _ in range(int(rng.integers(1, 4))):
             th = rng.uniform(0, np.pi)
             lam = rng.uniform(0.25, 0.7) * self.short
             a = rng.uniform(0.15, 0.35) * lam / (2 * np.pi)
             a = min(a, 0.025 * self.short)
             folds.append((math.cos(th), math.sin(th), lam, a, rng.uniform(0, 2 * np.pi)))
-            amp += a
-        self.folds, self.warp_amp = folds, amp
-
-        self.warp = _sine_shift(folds, amp)
+        self.folds = folds
+        self.warp = _sine_shift(folds)
+        self.warp_amp = self.warp.amp
 
     def background(self):
         rng, W, H = self.rng, self.W, self.H
@@ -560,16 +559,14 @@ class Water(_Kind):
     def __init__(self, rng, W, H):
         super().__init__(rng, W, H)
         waves = []
-        amp = 0.0
         for _ in range(int(rng.integers(2, 5))):
             th = rng.uniform(0, 2 * np.pi)
             lam = max(14.0, rng.uniform(0.12, 0.35) * self.short)
             a = min(rng.uniform(0.1, 0.3) * lam / (2 * np.pi), 0.012 * self.short + 0.5)
             waves.append((math.cos(th), math.sin(th), lam, a, rng.uniform(0, 2 * np.pi)))
-            amp += a
-        self.waves, self.warp_amp = waves, amp
-
-        self.warp = _sine_shift(waves, amp)
+        self.waves = waves
+        self.warp = _sine_shift(waves)
+        self.warp_amp = self.warp.amp
 
     def background(self):
         rng, W, H = self.rng, self.W, self.H

@@ -390,17 +390,24 @@ def breakdowns(data, det: list[list[Box]], pts: list[list[tuple[float, float]]],
             groups.setdefault(label_of(scene, query), []).append(i)
         out[key] = {}
         for label, idx in sorted(groups.items()):
-            dm = detect_metrics([(det[i], [o.box for o in data[i][1].matches]) for i in idx],
-                                scores=None if det_scores is None else [det_scores[i] for i in idx])
-            pm = point_metrics([(pts[i], data[i][1].matches, data[i][0].image.size) for i in idx])
+            dm, pm = subset_metrics(data, det, pts, det_scores, idx)
             out[key][label] = {"queries": len(idx), "detect_ap50": dm["ap50"], "detect_precision": dm["precision"],
                                "detect_recall": dm["recall"], "detect_count_exact": dm["count_exact"],
                                "point_hit_rate": pm["hit_rate"], "point_recall": pm["recall"],
-                               "empty_accuracy": _mean_of(dm["empty_accuracy"], pm["empty_accuracy"])}
+                               "empty_accuracy": mean_of(dm["empty_accuracy"], pm["empty_accuracy"])}
     return out
 
 
-def _mean_of(*values):
+def subset_metrics(data, det, pts, det_scores, idx) -> tuple[dict, dict]:
+    """(detect_metrics, point_metrics) over the queries data[i] for i in idx, from per-query answers."""
+    dm = detect_metrics([(det[i], [o.box for o in data[i][1].matches]) for i in idx],
+                        scores=None if det_scores is None else [det_scores[i] for i in idx])
+    pm = point_metrics([(pts[i], data[i][1].matches, data[i][0].image.size) for i in idx])
+    return dm, pm
+
+
+def mean_of(*values):
+    """The mean of the values that are not None (None if all are)."""
     vals = [v for v in values if v is not None]
     return float(np.mean(vals)) if vals else None
 
@@ -444,7 +451,7 @@ def score_objects(engine, data, say=lambda *a: None) -> tuple[dict, dict]:
         say(f"  {skill}: {n} requests in {dt:.1f}s ({n / dt:.1f}/s), {errors} errors")
     both = [report["detect"]["count_exact"], report["point"]["count_exact"]]
     report["count_exact"] = float(np.mean(both))
-    report["empty_accuracy"] = _mean_of(report["detect"]["empty_accuracy"], report["point"]["empty_accuracy"])
+    report["empty_accuracy"] = mean_of(report["detect"]["empty_accuracy"], report["point"]["empty_accuracy"])
     report["breakdowns"] = breakdowns(data, answers["detect"], answers["point"], answers["scores"])
     return report, answers
 
