@@ -16,7 +16,8 @@ N = 12
 
 def _run(tmp_path, split):
     out = tmp_path / "report.json"
-    code = load_script("blind_eval").main(["--generator", "eleventh", "--weights", str(ROOT / "assets" / "model"), "--n", str(N),
+    weights = str(ROOT / "assets" / "model")
+    code = load_script("blind_eval").main(["--generator", "eleventh", "--weights", weights, "--n", str(N),
                          "--dtype", "fp32", "--split", split, "--json", str(out)])
     assert code in (0, None)
     return json.loads(out.read_text(encoding="utf-8"))
