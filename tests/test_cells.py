@@ -7,14 +7,14 @@ import pytest
 from scipy import ndimage
 
 from engine.model.config import TINY
-from engine.training import cells, scenes
+from engine.training import cells
 from engine.training import train as T
 from engine.training.scenes import VARIETY_SCENES, make_scene
 
 
 def _cell_scenes(monkeypatch, n=40, **kw):
-    monkeypatch.setattr(scenes, "CELLS_P", 1.0)
-    out = [make_scene(np.random.default_rng([91, i]), **{**VARIETY_SCENES, "effects": False, "cells": True, **kw})
+    out = [make_scene(np.random.default_rng([91, i]),
+                      **{**VARIETY_SCENES, "effects": False, "cells": True, "cells_share": 1.0, **kw})
            for i in range(n)]
     return [s for s in out if "+" in s.background]
 
@@ -74,11 +74,29 @@ def test_too_small_objects_keep_the_scene(monkeypatch):
 
 
 def test_training_batches_with_cells(monkeypatch, tokenizer):
-    monkeypatch.setattr(scenes, "CELLS_P", 1.0)
     prompts = T.prompt_table(TINY, tokenizer)
-    kw = {"min_objects": 1, "max_objects": 4, "size_range": (96, 200), "cells": True}
+    kw = {"min_objects": 1, "max_objects": 4, "size_range": (96, 200), "cells": True, "cells_share": 1.0}
     a = T.make_batch(TINY, prompts, 5, 3, batch=3, queries=4, scene_kw=kw)
     b = T.make_batch(TINY, prompts, 5, 3, batch=3, queries=4, scene_kw=kw)
     assert all(np.array_equal(a[k], b[k]) for k in a)
     with pytest.raises(SystemExit):
         T.main(["--out", "/nonexistent", "--cells", "--foreign", "2"])    # the flag parses; the share is checked
+
+
+def test_cells_share_sets_how_many_scenes_are_redrawn():
+    """The same seeds: a share of 0.1 redraws a subset of what the default share redraws, which is a
+    subset of what a share of 1 redraws (one draw decides, so the sets nest), and the counts differ."""
+    def redrawn(**kw):
+        kw = {**VARIETY_SCENES, "effects": False, "cells": True, **kw}
+        return {i for i in range(80) if "+" in make_scene(np.random.default_rng([93, i]), **kw).background}
+    low, default, every = redrawn(cells_share=0.1), redrawn(), redrawn(cells_share=1.0)
+    assert low <= default <= every and len(low) < len(default) < len(every)
+    assert default == redrawn(cells_share=cells.CELLS_P)
+
+
+@pytest.mark.parametrize("argv", [["--cells-share", "0.2"], ["--cells", "--cells-share", "0"],
+                                  ["--cells", "--cells-share", "1.5"]])
+def test_cells_share_is_refused_without_the_flag_or_out_of_range(argv, capsys):
+    with pytest.raises(SystemExit):
+        T.main(["--out", "/nonexistent", *argv])
+    assert "--cells-share" in capsys.readouterr().err

@@ -512,7 +512,8 @@ def _try_place(rng, owner, placed, shape, colour, diameter, w, h, poses=False):
 def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: int = 10,
                size_range: tuple[int, int] = (96, 512), distractors: int = 0, crowd_rate: float = 0.0,
                effects: bool = False, variety: bool = False, lookalikes: bool = False,
-               style: bool = False, poses: bool = False, clutter: bool = False, cells: bool = False) -> Scene:
+               style: bool = False, poses: bool = False, clutter: bool = False, cells: bool = False,
+               cells_share: float = CELLS_P) -> Scene:
     """One random scene: width uniform in size_range, height uniform in size_range within an
     aspect ratio of MAX_ASPECT. The count of vocabulary objects is drawn uniformly from
     [min_objects, max_objects]; in a crowded small image fewer may fit (placement gives up after
@@ -528,7 +529,8 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
     affine warp of the whole scene; objects are then no longer one flat colour.
     poses: VERTEX_POSE_P of the diamonds and squares stand on a vertex (training only).
     clutter: some backgrounds are printed text or leaves (`clutter.py`, training only).
-    cells: CELLS_P of the scenes are redrawn as LED panels or tile mosaics (`cells.py`, training only)."""
+    cells: a share cells_share (default CELLS_P) of the scenes is tried as LED panels or tile mosaics
+    (`cells.py`, training only); about a quarter of those tries can be drawn."""
     if not 0 <= min_objects <= max_objects:
         raise ValueError(f"need 0 <= min_objects <= max_objects, got {min_objects}, {max_objects}")
     lo, hi = size_range
@@ -589,7 +591,7 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
             for p in placed:
                 p["pix"] = _visible_point(p)
                 p["size"] *= grow
-    if cells and placed and rng.random() < CELLS_P:
+    if cells and placed and rng.random() < cells_share:
         redrawn = cell_grid(rng, pixels, owner, placed)
         if redrawn is not None:
             pixels, owner, placed, cell_kind = redrawn

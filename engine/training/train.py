@@ -10,6 +10,7 @@
                            [--clutter]   (printed-text and leaf backgrounds, engine/training/clutter.py)
                            [--poses]   (half the diamonds and squares stand on a vertex, scenes.VERTEX_POSES)
                            [--cells]   (some scenes redrawn as LED panels or tile mosaics, engine/training/cells.py)
+                           [--cells-share P]   (the share of scenes tried as cells, with --cells; default cells.CELLS_P)
                            [--foreign P]   (a share P of the scenes drawn by engine/training/foreign's generators)
                            [--foreign-from NAMES]   (which of them, e.g. third,fourth,fifth,sixth,seventh,eighth)
 
@@ -129,6 +130,7 @@ from engine.serving.skills import normalize_query, prompt_ids
 from engine.model.text import rope_tables
 from engine.training.distributed import (STOP_INTERRUPTED, STOP_NONE, STOP_REASONS, STOP_TIME, SYNC_EVERY, Ranks,
                                          workers_per_rank)
+from engine.training.cells import CELLS_P
 from engine.training.foreign import GENERATORS as FOREIGN_GENERATORS, SESSION51, check_names, foreign_scene
 from engine.training.grow import grow, same_but_depth, with_tiling_of
 from engine.training.qa import make_qa, qa_ids
@@ -1243,6 +1245,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cells", action="store_true",
                    help="some scenes are redrawn as LED panels or tile mosaics (engine/training/cells.py): shapes "
                         "made of separate cells")
+    p.add_argument("--cells-share", dest="cells_share", type=float, default=None, metavar="P",
+                   help=f"with --cells: the share of scenes tried as cells (about a quarter of the tries can be "
+                        f"drawn); default {CELLS_P}")
     p.add_argument("--foreign", type=float,
                    help="share of the scenes drawn by separately written generators (engine/training/foreign: other "
                         f"drawing code, shades and backgrounds; queries made as for any scene); default {RECIPE['foreign']}")
@@ -1270,6 +1275,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{flag} must be between 0 and 16, got {value}")
         if value and not a.init:
             p.error(f"{flag} deepens an --init checkpoint; give --init DIR")
+    if a.cells_share is not None and not (a.cells and 0 < a.cells_share <= 1):
+        p.error(f"--cells-share is the share of scenes tried as cells, in (0, 1], and needs --cells; got {a.cells_share}")
     overrides = {k: getattr(a, k) for k in ("steps", "batch", "queries", "reuse", "lr", "warmup", "seed", "minutes",
                                             "save_every", "log_every", "heldout", "coord_sigma", "size_sigma", "qa_frac",
                                             "empty_rate", "hard_rate", "grow_text_layers", "grow_vision_layers",
@@ -1279,6 +1286,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.variety or a.lookalikes or a.style or a.poses or a.clutter or a.cells:
         overrides["scene"] = {**(VARIETY_SCENES if a.variety else RECIPE["scene"]),
                               **{flag: True for flag in ("lookalikes", "style", "poses", "clutter", "cells") if getattr(a, flag)}}
+        if a.cells_share is not None:
+            overrides["scene"]["cells_share"] = a.cells_share
     train(a.out, preset=a.preset, device=a.device, workers=a.workers, init=a.init, fixed_batch=a.fixed_batch, **overrides)
     return 0
 
