@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import ndimage
 
-from engine.training.scenes import Query, Scene, matches, parse_query
-from tests.scene_labels import assert_exact_labels, load_script, px_box, visible
+from engine.training.scenes import Scene
+from tests.scene_labels import (assert_colours_read_as_named, assert_exact_labels, assert_queries, load_script,
+                                px_box)
 
 SEED, N = 11011, 36
 
@@ -71,35 +71,13 @@ def test_labels_in_vocabulary(batch):
 
 
 def test_queries(batch):
-    forms, empty, crowds = set(), 0, 0
-    for scene, q in batch:
-        assert isinstance(q, Query)
-        colour, shape = parse_query(q.text)          # vocabulary words only
-        forms.add((colour is not None, shape is not None))
-        assert q.matches == matches(q.text, scene.objects)
-        empty += not q.matches
-        crowds += len(scene.objects) >= 11
-    assert forms == {(True, True), (False, True), (True, False)}
-    assert 2 <= empty <= N // 2
+    _, crowds = assert_queries(batch)
     assert crowds >= 3
 
 
 def test_colours_read_as_named(batch):
-    """The median colour of the inner part of every object's visible pixels is nearest its own shade family."""
-    checked = 0
-    for scene, _ in batch:
-        img = np.asarray(scene.image)
-        W, H = scene.size
-        for k, o in enumerate(scene.objects):
-            x0, y0, x1, y1 = px_box(o, W, H)
-            vis = visible(scene, k)
-            dist = ndimage.distance_transform_edt(np.pad(vis, 1))[1:-1, 1:-1]
-            core = vis & (dist >= 0.4 * dist.max())      # the inner part: no outline, shading, edge blur
-            med = np.median(img[y0:y1, x0:x1][core if core.sum() >= 8 else vis], 0)
-            assert E.read_colour(med) == o.colour, (scene.background, o.colour, o.shape, med)
-            assert E.read_colour(o.rgb) == o.colour
-            checked += 1
-    assert checked > 100
+    """Every object's colour, distractors' too, reads back from the finished image as its name (scene_labels)."""
+    assert assert_colours_read_as_named(batch, E.read_colour, E.COLOURS + E.DISTRACTOR_COLOURS) > 100
 
 
 def test_shade_families_apart():

@@ -7,10 +7,12 @@ with `--foreign-from` since session 53, the ninth
 (docs/experiments/tenth_scenes.py, blind: worksheets, app screenshots, neon, magnets, mosaics, LED panels, patches) or
 the eleventh (docs/experiments/eleventh_scenes.py, blind: crayon, marker and chalk drawings, pixel-art screenshots,
 photographed CRTs, cross-stitch and beads, cork-board cut-outs; it chose in session 55) or the twelfth
-(docs/experiments/twelfth_scenes.py, blind, session 55: stained glass, bevelled 3-D tiles, printed fabric with
-folds, watercolour, road paint in perspective, night photos, shapes under rippling water).
+(docs/experiments/twelfth_scenes.py, session 55; it chose in session 56: stained glass, bevelled 3-D tiles, printed fabric with
+folds, watercolour, road paint in perspective, night photos, shapes under rippling water) or the thirteenth
+(docs/experiments/thirteenth_scenes.py, blind: halftone newspaper print, spray paint on brick, glossy plastic
+3-D renders, frosted or rainy glass, hard sunlight with cast shadows, icing on cakes and cookies, metal enamel).
 
-    python docs/experiments/blind_eval.py --generator third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth --weights DIR [--n 500]
+    python docs/experiments/blind_eval.py --generator third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth --weights DIR [--n 500]
                                           [--seed S] [--dtype auto|fp32|bf16] [--json OUT]
                                           [--split LABEL=KIND,KIND,...]
 
@@ -36,6 +38,7 @@ import time  # noqa: E402
 from docs.experiments.eleventh_scenes import eleventh_batch  # noqa: E402
 from docs.experiments.ninth_scenes import ninth_batch  # noqa: E402
 from docs.experiments.tenth_scenes import tenth_batch  # noqa: E402
+from docs.experiments.thirteenth_scenes import thirteenth_batch  # noqa: E402
 from docs.experiments.twelfth_scenes import twelfth_batch  # noqa: E402
 from engine.training.evaluate import (greedy_match, mean_of, point_match, score_objects,  # noqa: E402
                                       subset_metrics)
@@ -46,7 +49,7 @@ GENERATORS = {**{name: (batch_function(name), seed) for name, seed in
                  (("third", 777), ("fourth", 4444), ("fifth", 5555), ("sixth", 6666), ("seventh", 7777),
                   ("eighth", 8888))},
               "ninth": (ninth_batch, 9999), "tenth": (tenth_batch, 10101), "eleventh": (eleventh_batch, 11011),
-              "twelfth": (twelfth_batch, 12121)}
+              "twelfth": (twelfth_batch, 12121), "thirteenth": (thirteenth_batch, 13131)}
 
 
 def _recall_by(data, det, pts, key):
@@ -75,7 +78,7 @@ def main(argv=None) -> int:
     ap.add_argument("--generator", required=True, choices=sorted(GENERATORS))
     ap.add_argument("--weights", required=True)
     ap.add_argument("--n", type=int, default=500)
-    ap.add_argument("--seed", type=int, default=None, help="default: 777 (third), 4444 (fourth), 5555 (fifth), 6666 (sixth), 7777 (seventh), 8888 (eighth), 9999 (ninth), 10101 (tenth), 11011 (eleventh), 12121 (twelfth)")
+    ap.add_argument("--seed", type=int, default=None, help="default: 777 (third), 4444 (fourth), 5555 (fifth), 6666 (sixth), 7777 (seventh), 8888 (eighth), 9999 (ninth), 10101 (tenth), 11011 (eleventh), 12121 (twelfth), 13131 (thirteenth)")
     ap.add_argument("--dtype", default="auto", choices=("auto", "fp32", "bf16"))
     ap.add_argument("--json", default=None)
     ap.add_argument("--split", default=None, metavar="LABEL=KIND,KIND",
