@@ -92,7 +92,7 @@ def figures_hold(base: dict, cand: dict, names=("ap50", "exact", "empty")) -> li
         (p, n), q = hb[k], hc[k][0]
         a = allowance(p, n, FLOOR)
         if p - q > a:
-            out.append(f"{k} −{p - q:.2f} (> {a:.2f})")
+            out.append(f"{k} −{p - q:.3f} (> {a:.3f})")
     return out
 
 
