@@ -24,7 +24,7 @@ def _run(tmp_path, split):
 
 
 def test_split_over_every_kind_equals_the_whole(tmp_path):
-    from docs.experiments.eleventh_scenes import KINDS
+    from engine.training.foreign.eleventh import KINDS
     report = _run(tmp_path, "all=" + ",".join(KINDS))
     whole, rest = report["split"]["all"], report["split"]["rest"]
     assert whole["queries"] == N and rest["queries"] == 0

@@ -1,16 +1,13 @@
-"""Evaluate a checkpoint on a separately written scene generator: the third to sixth
-(engine/training/foreign/, written as blind checks in sessions 36-38, training sources since session 51),
-the seventh (engine/training/foreign/seventh.py, session 38; it chose among session 51's candidates) and
-the eighth (engine/training/foreign/eighth.py, session 51; blind until session 52), both training sources
-with `--foreign-from` since session 53, the ninth
-(docs/experiments/ninth_scenes.py, blind: stickers and 3D-ish tokens on photograph-like backgrounds) or the tenth
-(docs/experiments/tenth_scenes.py, blind: worksheets, app screenshots, neon, magnets, mosaics, LED panels, patches) or
-the eleventh (docs/experiments/eleventh_scenes.py, blind: crayon, marker and chalk drawings, pixel-art screenshots,
-photographed CRTs, cross-stitch and beads, cork-board cut-outs; it chose in session 55) or the twelfth
-(docs/experiments/twelfth_scenes.py, session 55; it chose in session 56: stained glass, bevelled 3-D tiles, printed fabric with
-folds, watercolour, road paint in perspective, night photos, shapes under rippling water) or the thirteenth
-(docs/experiments/thirteenth_scenes.py, blind: halftone newspaper print, spray paint on brick, glossy plastic
-3-D renders, frosted or rainy glass, hard sunlight with cast shadows, icing on cakes and cookies, metal enamel).
+"""Evaluate a checkpoint on a separately written scene generator: the third to twelfth
+(engine/training/foreign/, each written as a blind check: the third to sixth in sessions 36-38, training sources
+since session 51; the seventh (session 38) and eighth (session 51), training sources since session 53; the ninth
+(stickers and 3D-ish tokens on photograph-like backgrounds), tenth (worksheets, app screenshots, neon, magnets,
+mosaics, LED panels, patches), eleventh (crayon, marker and chalk drawings, pixel art, CRTs, cross-stitch, cork
+boards; it chose in session 55) and twelfth (stained glass, bevelled tiles, printed fabric, watercolour, road
+paint, night photos, under water; it chose in session 56), moved from docs/experiments/ and training sources
+since session 56) or the thirteenth (docs/experiments/thirteenth_scenes.py, blind: halftone newspaper print,
+spray paint on brick, glossy plastic 3-D renders, frosted or rainy glass, hard sunlight with cast shadows, icing
+on cakes and cookies, metal enamel).
 
     python docs/experiments/blind_eval.py --generator third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth --weights DIR [--n 500]
                                           [--seed S] [--dtype auto|fp32|bf16] [--json OUT]
@@ -35,11 +32,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 
-from docs.experiments.eleventh_scenes import eleventh_batch  # noqa: E402
-from docs.experiments.ninth_scenes import ninth_batch  # noqa: E402
-from docs.experiments.tenth_scenes import tenth_batch  # noqa: E402
 from docs.experiments.thirteenth_scenes import thirteenth_batch  # noqa: E402
-from docs.experiments.twelfth_scenes import twelfth_batch  # noqa: E402
 from engine.training.evaluate import (greedy_match, mean_of, point_match, score_objects,  # noqa: E402
                                       subset_metrics)
 from engine.training.foreign import batch_function  # noqa: E402
@@ -47,9 +40,8 @@ from engine.training.foreign import batch_function  # noqa: E402
 # name → (batch function, default seed)
 GENERATORS = {**{name: (batch_function(name), seed) for name, seed in
                  (("third", 777), ("fourth", 4444), ("fifth", 5555), ("sixth", 6666), ("seventh", 7777),
-                  ("eighth", 8888))},
-              "ninth": (ninth_batch, 9999), "tenth": (tenth_batch, 10101), "eleventh": (eleventh_batch, 11011),
-              "twelfth": (twelfth_batch, 12121), "thirteenth": (thirteenth_batch, 13131)}
+                  ("eighth", 8888), ("ninth", 9999), ("tenth", 10101), ("eleventh", 11011), ("twelfth", 12121))},
+              "thirteenth": (thirteenth_batch, 13131)}
 
 
 def _recall_by(data, det, pts, key):

@@ -1,7 +1,8 @@
 """Scenes drawn by code written apart from `engine/training/scenes.py`, as a training source.
 
 The third to sixth generators (`third.py` … `sixth.py`) were written in sessions 36–38, the seventh
-(`seventh.py`) in session 38 and the eighth (`eighth.py`) in session 51, each as a blind evaluation
+(`seventh.py`) in session 38, the eighth (`eighth.py`) in session 51 and the ninth to twelfth (`ninth.py` …
+`twelfth.py`, moved from docs/experiments/ in session 56) in sessions 52–55, each as a blind evaluation
 generator by a writer who did not read the training generator: other drawing code, other shades
 for the same colour names, other backgrounds and camera effects. Their failures have since been
 read, so they no longer serve as blind checks. `engine.train --foreign P` draws a share P of the
@@ -12,10 +13,9 @@ made by the training code (`scenes.make_query`, `qa.make_qa`), so the labels fol
 query rules.
 
 Never trained on: the independent generator (`engine/training/independent_scenes.py`,
-`engine.evaluate --generator independent`) and the blind ninth and tenth
-(`docs/experiments/ninth_scenes.py`, `tenth_scenes.py`).
+`engine.evaluate --generator independent`) and the blind thirteenth (`docs/experiments/thirteenth_scenes.py`).
 
-The generators import scipy and draw at 20–90 ms a scene on one core, so they are loaded on first
+The generators import scipy and draw at 20–120 ms a scene on one core, so they are loaded on first
 use.
 """
 
@@ -36,6 +36,10 @@ GENERATORS: dict[str, tuple[str, str]] = {
     "sixth": ("engine.training.foreign.sixth", "sixth_batch"),
     "seventh": ("engine.training.foreign.seventh", "seventh_batch"),
     "eighth": ("engine.training.foreign.eighth", "eighth_batch"),
+    "ninth": ("engine.training.foreign.ninth", "ninth_batch"),
+    "tenth": ("engine.training.foreign.tenth", "tenth_batch"),
+    "eleventh": ("engine.training.foreign.eleventh", "eleventh_batch"),
+    "twelfth": ("engine.training.foreign.twelfth", "twelfth_batch"),
 }
 SESSION51: tuple[str, ...] = ("third", "fourth", "fifth", "sixth")   # the default set of `draw`
 

@@ -1,4 +1,4 @@
-"""The eleventh (blind) scene generator, docs/experiments/eleventh_scenes.py: deterministic, exact labels,
+"""The eleventh scene generator, engine/training/foreign/eleventh.py (blind until session 55): deterministic, exact labels,
 readable colours, queries consistent with `matches`. CPU only, a few seconds."""
 
 from __future__ import annotations
@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.training.foreign import eleventh
 from engine.training.scenes import Scene
-from tests.scene_labels import (assert_colours_read_as_named, assert_exact_labels, assert_queries, load_script,
-                                px_box)
+from tests.scene_labels import (assert_colours_read_as_named, assert_exact_labels, assert_queries, px_box)
 
 SEED, N = 11011, 36
 
-E = load_script("eleventh_scenes")
+E = eleventh
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,9 @@
 """The tenth blind scene generator: shapes in things people photograph or screenshot.
 
+Moved from docs/experiments/tenth_scenes.py in session 56: blind until session 53's decision, it is now a training
+source too (`engine.train --foreign-from`, engine/training/foreign/__init__.py), so its figures are no
+longer blind. Below, as it was written.
+
 Written blind (without reading how the project's other generators draw their scenes), for
 evaluation only. Every scene is one of seven kinds (``Scene.background``):
 
@@ -40,31 +44,27 @@ inside when possible); tilt = rotation folded by the shape's symmetry (upright: 
 horizontal sides, triangle / star / hexagon / pentagon with a vertex up, diamond with its long
 diagonal vertical, cross with arms along the axes); size = circumscribed diameter / short side.
 
-    python docs/experiments/tenth_scenes.py [--seed 10101] [--n 300] [--save DIR] [--k 6]
+    python -m engine.training.foreign.tenth [--seed 10101] [--n 300] [--save DIR] [--k 6]
 """
 
 from __future__ import annotations
 
+import argparse
+import colorsys
+import io
+import math
 import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
-import argparse  # noqa: E402
-import colorsys  # noqa: E402
-import io  # noqa: E402
-import math  # noqa: E402
-import time  # noqa: E402
-from collections import Counter  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from functools import lru_cache  # noqa: E402
+from engine.training.scenes import COLOURS, SHAPES, Query, Scene, SceneObject, matches
 
-import numpy as np  # noqa: E402
-from PIL import Image, ImageDraw, ImageFilter, ImageFont  # noqa: E402
-
-from engine.training.scenes import COLOURS, SHAPES, Query, Scene, SceneObject, matches  # noqa: E402
 
 KINDS = ("worksheet", "app_ui", "neon", "magnets", "mosaic", "led", "patches")
 DISTRACTOR_SHAPES = ("rectangle", "ellipse", "pentagon", "semicircle", "heart", "crescent", "arrow")

@@ -1,5 +1,9 @@
 """Twelfth evaluation scene generator, written BLIND.
 
+Moved from docs/experiments/twelfth_scenes.py in session 56: blind until session 56's decision, it is now a training
+source too (`engine.train --foreign-from`, engine/training/foreign/__init__.py), so its figures are no
+longer blind. Below, as it was written.
+
 Written without seeing how the training scenes or any other evaluation generator draw their images.
 What was read: in engine/training/scenes.py only the dataclasses `SceneObject`, `Scene`, `Query` and the
 functions `matches`, `parse_query`, `reading_order` (plus a few neighbouring lines printed by accident,
@@ -36,25 +40,20 @@ with nothing nameable, giving ~20 % absent queries overall.
 
 from __future__ import annotations
 
-import sys
+import argparse
+import io
+import math
+import time
+from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import numpy as np
+from PIL import Image, ImageDraw
+from scipy import ndimage
+from scipy.spatial import cKDTree
 
-import argparse  # noqa: E402
-import io  # noqa: E402
-import math  # noqa: E402
-import time  # noqa: E402
-from collections import Counter  # noqa: E402
+from engine.training.scenes import Query, Scene, SceneObject, matches
 
-import numpy as np  # noqa: E402
-from PIL import Image, ImageDraw  # noqa: E402
-from scipy import ndimage  # noqa: E402
-from scipy.spatial import cKDTree  # noqa: E402
-
-from engine.training.scenes import Query, Scene, SceneObject, matches  # noqa: E402
 
 DEFAULT_SEED = 12121
 KINDS = ("stained", "bevel", "fabric", "watercolour", "road", "night", "water")

@@ -1,18 +1,19 @@
-"""The twelfth (blind) scene generator, docs/experiments/twelfth_scenes.py: deterministic, independent per
-index, exact labels, readable colours, queries consistent with `matches`. CPU only, a few seconds."""
+"""The twelfth scene generator, engine/training/foreign/twelfth.py (blind until session 56): deterministic,
+independent per index, exact labels, readable colours, queries consistent with `matches`. CPU only, a few seconds."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from engine.training.foreign import twelfth
 from engine.training.scenes import Scene
 from tests.scene_labels import (assert_colours_read_as_named, assert_exact_labels, assert_queries, assert_reproducible,
-                                assert_vocabulary_and_counts, load_script, px_box)
+                                assert_vocabulary_and_counts, px_box)
 
 SEED, N = 12121, 28
 
-E = load_script("twelfth_scenes")
+E = twelfth
 
 
 @pytest.fixture(scope="module")

@@ -1,28 +1,16 @@
-"""The ninth blind generator (docs/experiments/ninth_scenes.py): deterministic, and its ground truth
+"""The ninth generator (engine/training/foreign/ninth.py; blind until session 52): deterministic, and its ground truth
 follows the scene conventions (boxes, masks, points, matches, readable colours)."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from engine.training.foreign import ninth
 from engine.training.scenes import COLOURS, SHAPES, matches
 
-PATH = Path(__file__).resolve().parents[1] / "docs" / "experiments" / "ninth_scenes.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("ninth_scenes_under_test", PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-ninth = _load()
 SEED, N = 7, 36
 
 

@@ -1,33 +1,22 @@
-"""The tenth blind scene generator (docs/experiments/tenth_scenes.py): determinism, ground truth, readability."""
+"""The tenth scene generator (engine/training/foreign/tenth.py; blind until session 53): determinism, ground truth, readability."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from engine.training.foreign import tenth as tenth_module
 from engine.training.scenes import COLOURS, SHAPES, matches
 
-PATH = Path(__file__).resolve().parents[1] / "docs" / "experiments" / "tenth_scenes.py"
 SEED = 10101
 N = 32
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("tenth_scenes_under_test", PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod     # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def tenth():
-    return _load()
+    return tenth_module
 
 
 @pytest.fixture(scope="module")

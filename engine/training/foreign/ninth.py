@@ -1,6 +1,10 @@
 """The ninth blind scene generator (evaluation only): shapes as stickers, cut-outs and small
 3D-ish tokens lying on photograph-like procedural backgrounds.
 
+Moved from docs/experiments/ninth_scenes.py in session 56: blind until session 52's decision, it is now a training
+source too (`engine.train --foreign-from`, engine/training/foreign/__init__.py), so its figures are no
+longer blind. Below, as it was written.
+
 Written blind (from the vocabulary's definition, the dataclasses and `matches` only), to test
 whether detect/point generalise to scenes unlike the ones the model learnt from.
 
@@ -46,25 +50,22 @@ to the object when the shape, with its sticker margin or outline, covers at leas
 drop shadows are not the object), point = the visible pixel nearest the shape's centroid,
 Query.matches = matches(text, objects).
 
-    python docs/experiments/ninth_scenes.py [--seed 9999] [--n 300] [--save DIR]
+    python -m engine.training.foreign.ninth [--seed 9999] [--n 300] [--save DIR]
 """
 
 from __future__ import annotations
 
 import io
 import math
-import sys
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter
+from scipy import ndimage
 
-import numpy as np  # noqa: E402
-from PIL import Image, ImageDraw, ImageFilter  # noqa: E402
-from scipy import ndimage  # noqa: E402
+from engine.training.scenes import COLOURS, Query, Scene, SceneObject, matches
 
-from engine.training.scenes import COLOURS, Query, Scene, SceneObject, matches  # noqa: E402
 
 # --------------------------------------------------------------------------- names and shades
 

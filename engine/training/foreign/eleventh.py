@@ -1,5 +1,9 @@
 """The eleventh scene generator: shapes drawn by hand, and shown on old screens (a BLIND evaluation set).
 
+Moved from docs/experiments/eleventh_scenes.py in session 56: blind until session 55's decision, it is now a training
+source too (`engine.train --foreign-from`, engine/training/foreign/__init__.py), so its figures are no
+longer blind. Below, as it was written.
+
 Written blind: its author read only the dataclasses `SceneObject`, `Scene`, `Query` and the functions
 `matches`, `parse_query`, `reading_order` of engine/training/scenes.py, never the project's other scene
 generators, styles or effects. Drawing code, shade ranges, backgrounds and effects are its own.
@@ -39,30 +43,26 @@ tilt folded by the shape's symmetry, size = circumscribed diameter / short side.
 (next attempt) when any object's visible colour would read as another colour family or fails to stand
 out from its surroundings on the final image.
 
-    python docs/experiments/eleventh_scenes.py [--seed 11011] [--n 300] [--save DIR]
+    python -m engine.training.foreign.eleventh [--seed 11011] [--n 300] [--save DIR]
 """
 
 from __future__ import annotations
 
+import argparse
+import io
+import math
 import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter
+from scipy import ndimage
 
-import argparse  # noqa: E402
-import io  # noqa: E402
-import math  # noqa: E402
-import time  # noqa: E402
-from collections import Counter  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
+from engine.training.scenes import Query, Scene, SceneObject, matches
 
-import numpy as np  # noqa: E402
-from PIL import Image, ImageDraw, ImageFilter  # noqa: E402
-from scipy import ndimage  # noqa: E402
-
-from engine.training.scenes import Query, Scene, SceneObject, matches  # noqa: E402
 
 # ----------------------------------------------------------------------------- vocabulary
 
