@@ -1,6 +1,7 @@
 """Shared by the tests of the separately written scene generators (engine/training/foreign/, docs/experiments/):
-loading a script of docs/experiments/ (not a package module) by path, an object's pixel box and visible pixels from its normalised box and mask, exact labels, the queries'
-contract, and each object's colour read back from the finished image."""
+loading a script of docs/experiments/ (not a package module) by path, an object's pixel box and visible pixels
+from its normalised box and mask, exact labels, the queries' contract, and each object's colour read back from
+the finished image."""
 
 from __future__ import annotations
 
