@@ -99,3 +99,11 @@ def test_the_best_passing_candidate_ships_and_a_missing_report_is_named(shipped,
     assert _decide("small", "big") == 0 and "ships: small" in capsys.readouterr().out
     (tmp_path / "eval-embedded-small-ninth-500-cpu-bf16.json").unlink()
     assert _decide("small") == 2 and "next: ninth on small" in capsys.readouterr().out
+
+
+def test_another_chooser_and_no_blind_guards(shipped, tmp_path, monkeypatch, capsys):
+    """A later rule names its own chooser and guards: here the ninth chooses and no blind generator guards."""
+    _write(tmp_path, monkeypatch, "c", guards={"ninth": _blind(ap50=0.93), "tenth": _blind(empty=0.8)})
+    assert D.main(["--shipped", "ship", "--chooser", "ninth", "--guards", "", "c"]) == 0
+    assert "clause 1 (ninth) c: passes" in capsys.readouterr().out
+    assert D.main(["--shipped", "ship", "--chooser", "ninth", "--guards", "tenth", "c"]) == 1

@@ -1,10 +1,13 @@
 """Session 56's selection rule (docs/experiments/session56-data/rule.md), applied to the evaluation reports in docs/.
 
-    python docs/experiments/session56_decide.py [--shipped mean-ship6-41] CANDIDATE [CANDIDATE ...]
+    python docs/experiments/session56_decide.py [--shipped mean-ship6-41] [--chooser twelfth]
+                                                [--guards eleventh,ninth,tenth] CANDIDATE [CANDIDATE ...]
 
 Reads docs/eval-embedded-NAME-GEN-500-cpu-bf16.json (the blind generators), -own-1000-cpu-fp32.json,
 -independent-1000-cpu-fp32.json and -qa-cpu-fp32.json for the shipped model and each candidate, prints every
-clause's verdict, and names the evaluation to run next when a report the rule needs is missing.
+clause's verdict, and names the evaluation to run next when a report the rule needs is missing. The defaults are
+session 56's rule; a later rule may name another chooser and other blind guards (session 57's:
+docs/experiments/session57-data/rule.md).
 Allowances come from the shipped model's figure p on its denominator n: one standard error, 100·sqrt(p(1−p)/n)
 points, at least FLOOR.
 """
@@ -96,8 +99,8 @@ def figures_hold(base: dict, cand: dict, names=("ap50", "exact", "empty")) -> li
     return out
 
 
-def clause1(ship: str, cand: str) -> tuple[bool, str, float]:
-    b, c = report(ship, CHOOSER), report(cand, CHOOSER)
+def clause1(ship: str, cand: str, chooser: str = CHOOSER) -> tuple[bool, str, float]:
+    b, c = report(ship, chooser), report(cand, chooser)
     hb, hc = headlines(b), headlines(c)
     gain = sum(hc[k][0] for k in hc) - sum(hb[k][0] for k in hb)
     fails = figures_hold(b, c, ("ap50", "hit", "exact", "empty"))
@@ -138,22 +141,25 @@ def guard_qa(ship: str, cand: str) -> tuple[bool, str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shipped", default="mean-ship6-41")
+    ap.add_argument("--chooser", default=CHOOSER, help="the blind generator that ranks the candidates")
+    ap.add_argument("--guards", default=",".join(BLIND_GUARDS), help="blind generators checked after it, in order")
     ap.add_argument("candidates", nargs="+")
     a = ap.parse_args(argv)
+    chooser, guards = a.chooser, tuple(g for g in a.guards.split(",") if g)
     ranked = []
     for cand in a.candidates:
         try:
-            ok, why, gain = clause1(a.shipped, cand)
+            ok, why, gain = clause1(a.shipped, cand, chooser)
         except Missing as e:
             print(f"next: {e}")
             return 2
-        print(f"clause 1 ({CHOOSER}) {cand}: {'passes' if ok else 'fails'}: {why}")
+        print(f"clause 1 ({chooser}) {cand}: {'passes' if ok else 'fails'}: {why}")
         if ok:
             ranked.append((gain, cand))
     for gain, cand in sorted(ranked, reverse=True):
         verdicts = []
         try:
-            for gen in BLIND_GUARDS:
+            for gen in guards:
                 verdicts.append((gen, *guard_blind(a.shipped, cand, gen)))
                 if not verdicts[-1][1]:
                     break
