@@ -70,10 +70,10 @@ def test_vocabulary_and_counts(batch):
 
 def test_counts_and_kinds_spread():
     """Over many scenes (canvas, kind and count only: cheap): about a quarter crowded, every kind equally often."""
-    stats = [E._canvas_and_count(SEED, i) for i in range(700)]
+    stats = [E.canvas_and_count(SEED, i) for i in range(700)]
     crowded = np.mean([n >= 11 for _, _, n in stats])
     assert 0.18 <= crowded <= 0.32
-    kinds = [E._kind_for(SEED, i) for i in range(700)]
+    kinds = [E.kind_for(SEED, i) for i in range(700)]
     assert all(kinds.count(k) == 100 for k in E.KINDS)
 
 
@@ -107,7 +107,7 @@ def test_objects_stand_out(batch):
             core = vis & (dist >= 0.4 * dist.max())
             med = np.median(img[y0:y1, x0:x1][core if core.sum() >= 8 else vis], 0)
             around = img[ring].astype(np.float64).mean(0)
-            assert np.linalg.norm(E._lab(med) - E._lab(around)) >= 12, (scene.background, o.colour, o.shape)
+            assert np.linalg.norm(E.to_lab(med) - E.to_lab(around)) >= 12, (scene.background, o.colour, o.shape)
 
 
 def test_shade_families_apart():

@@ -113,7 +113,7 @@ READ_RADIUS = 24.0
 _FAIR_RADIUS, _FAIR_MARGIN, _CONTRAST = 19.0, 5.0, 14.0
 
 
-def _lab(rgb) -> np.ndarray:
+def to_lab(rgb) -> np.ndarray:
     """sRGB (0-255, any leading shape) to CIE Lab (D65)."""
     c = np.asarray(rgb, np.float64) / 255.0
     c = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
@@ -125,13 +125,13 @@ def _lab(rgb) -> np.ndarray:
 
 
 FAMILY_NAME = np.array([name for name, shades in _SHADES.items() for _ in shades])
-FAMILY_LAB = _lab([c for shades in _SHADES.values() for c in shades])
+FAMILY_LAB = to_lab([c for shades in _SHADES.values() for c in shades])
 _IS_VOCAB = np.isin(FAMILY_NAME, COLOURS)
 
 
 def read_colour(rgb) -> str | None:
     """The colour name an sRGB colour reads as (nearest shade in Lab within READ_RADIUS), else None."""
-    d = np.linalg.norm(FAMILY_LAB - _lab(np.asarray(rgb, np.float64)[:3]), axis=1)
+    d = np.linalg.norm(FAMILY_LAB - to_lab(np.asarray(rgb, np.float64)[:3]), axis=1)
     k = int(np.argmin(d))
     return str(FAMILY_NAME[k]) if d[k] <= READ_RADIUS else None
 
@@ -139,7 +139,7 @@ def read_colour(rgb) -> str | None:
 def _fair(rgb, name: str) -> bool:
     """Stricter than read_colour: reads as `name` with a margin (vocabulary colours), or, for a
     distractor colour, as its own name with a margin or as no vocabulary colour at all."""
-    d = np.linalg.norm(FAMILY_LAB - _lab(np.asarray(rgb, np.float64)[:3]), axis=1)
+    d = np.linalg.norm(FAMILY_LAB - to_lab(np.asarray(rgb, np.float64)[:3]), axis=1)
     own, other = d[FAMILY_NAME == name].min(), d[FAMILY_NAME != name].min()
     if own <= _FAIR_RADIUS and other - own >= _FAIR_MARGIN:
         return True
@@ -393,7 +393,7 @@ class _Kind:
             return True
         (ya, xa, rm) = ring
         bgc = self.pred[ya:ya + rm.shape[0], xa:xa + rm.shape[1]][rm].mean(0) * 255
-        return float(np.linalg.norm(_lab(self.obj_colour(o, mask, x0, y0)) - _lab(bgc))) >= _CONTRAST + 6
+        return float(np.linalg.norm(to_lab(self.obj_colour(o, mask, x0, y0)) - to_lab(bgc))) >= _CONTRAST + 6
 
     def obj_colour(self, o, mask, x0, y0):
         return o.rgb
@@ -429,7 +429,7 @@ def _cmyk_grid(paper_i: int) -> tuple[np.ndarray, np.ndarray]:
     out = np.broadcast_to(_PAPERS[paper_i], (len(cov), 3)).copy()
     for k in range(4):
         out *= 1 - cov[:, k:k + 1] * (1 - _INKS[k])
-    return cov, _lab(out * 255)
+    return cov, to_lab(out * 255)
 
 
 @lru_cache(maxsize=None)
@@ -437,7 +437,7 @@ def _cmyk_for(rgb: tuple, paper_i: int) -> tuple:
     """(coverage, printed mean rgb) for the coverage whose printed mean colour comes closest to rgb in Lab
     (least total ink on near ties)."""
     cov, lab = _cmyk_grid(paper_i)
-    d = np.sum((lab - _lab(rgb)) ** 2, 1) + 3.0 * cov.sum(1)
+    d = np.sum((lab - to_lab(rgb)) ** 2, 1) + 3.0 * cov.sum(1)
     c = cov[int(np.argmin(d))]
     out = _PAPERS[paper_i].copy()
     for k in range(4):
@@ -606,7 +606,7 @@ class _Graffiti(_Kind):
             outline = None
             if diam >= 34 and rng.random() < 0.3 * st:
                 w = max(1.5, diam * rng.uniform(0.035, 0.06))
-                dark = _lab(o.rgb)[0] < 45
+                dark = to_lab(o.rgb)[0] < 45
                 stroke = np.clip(w + 0.5 - _edt(mask), 0, 1) * soft
                 outline = (stroke, np.float32(0.95 if dark else 0.07))
             _comp(img, soft, x0, y0, paint)
@@ -1204,7 +1204,7 @@ def _labels(kind: _Kind, objs: list[_Obj], img: np.ndarray) -> list[SceneObject]
         ring = ndimage.binary_dilation(big, iterations=p) & ~covered[ya:yb, xa:xb]
         if ring.sum() >= 8:
             bgc = img[ya:yb, xa:xb][ring].mean(0)
-            if np.linalg.norm(_lab(med) - _lab(bgc)) < _CONTRAST:
+            if np.linalg.norm(to_lab(med) - to_lab(bgc)) < _CONTRAST:
                 return None
         dt = ndimage.distance_transform_edt(np.pad(vis, 1))[1:-1, 1:-1]
         py, px = np.unravel_index(int(np.argmax(dt)), dt.shape)
@@ -1245,12 +1245,12 @@ def _query(rng, objects) -> Query:
     return Query(o.name, matches(o.name, objects))
 
 
-def _kind_for(seed: int, i: int) -> str:
+def kind_for(seed: int, i: int) -> str:
     perm = np.random.default_rng([seed, i // len(KINDS), 7]).permutation(len(KINDS))
     return KINDS[int(perm[i % len(KINDS)])]
 
 
-def _canvas_and_count(seed: int, i: int) -> tuple[int, int, int]:
+def canvas_and_count(seed: int, i: int) -> tuple[int, int, int]:
     rng = np.random.default_rng([seed, i, 0])
     u = rng.random()
     short = rng.uniform(96, 160) if u < 0.15 else rng.uniform(160, 480) if u < 0.75 else rng.uniform(480, 800)
@@ -1279,8 +1279,8 @@ def _attempt(kind_name, W, H, n, rng, strength):
 
 def thirteenth_scene(seed: int = DEFAULT_SEED, i: int = 0) -> tuple[Scene, Query, int]:
     """Scene i of the batch for `seed` (independent of the batch size): (scene, query, attempts used)."""
-    kind = _kind_for(seed, i)
-    W, H, n = _canvas_and_count(seed, i)
+    kind = kind_for(seed, i)
+    W, H, n = canvas_and_count(seed, i)
     for attempt in range(_ATTEMPTS):
         strength = 1.0 if attempt < 10 else max(0.2, 1.0 - 0.06 * (attempt - 9))
         out = _attempt(kind, W, H, n, np.random.default_rng([seed, i, attempt + 1]), strength)
