@@ -111,6 +111,7 @@ def clause1(ship: str, cand: str, chooser: str = CHOOSER) -> tuple[bool, str, fl
 
 
 def guard_blind(ship: str, cand: str, gen: str) -> tuple[bool, str]:
+    """Clauses 2-3: AP50, exact and empty within allowance; point hit as `hit_holds` (blind guards and own)."""
     b, c = report(ship, gen), report(cand, gen)
     fails = figures_hold(b, c)
     ok, why = hit_holds(b, c)
@@ -164,10 +165,7 @@ def main(argv=None) -> int:
                 if not verdicts[-1][1]:
                     break
             else:
-                b, c = report(a.shipped, "own"), report(cand, "own")
-                fails = figures_hold(b, c)
-                ok, why = hit_holds(b, c)
-                verdicts.append(("own", not fails and ok, "; ".join(fails + ([why] if not ok else [])) or "holds"))
+                verdicts.append(("own", *guard_blind(a.shipped, cand, "own")))     # the same clause as a blind guard
                 if verdicts[-1][1]:
                     verdicts.append(("independent", *guard_independent(cand)))
                 if verdicts[-1][1]:
