@@ -1,0 +1,117 @@
+"""Where the points that miss land, on a generator (session 57's reading of the point hit rate).
+
+    python docs/experiments/point_misses.py GENERATOR WEIGHTS [--n 500] [--near 3]
+
+Decodes as `blind_eval.py` does (bf16, CPU, the generator's default seed) and sorts every emitted point that
+hits no matching object into one of:
+  near          within --near pixels of a matching object's mask (a localisation miss);
+  in box        inside a matching object's box but off its mask (concave or thin shapes), not near;
+  same colour   on a non-matching object of the asked colour (wrong shape);
+  same shape    on a non-matching object of the asked shape (wrong colour);
+  other object  on any other object;
+  background    on no object (a hallucination), and of those, how many in absent queries.
+Counted per query form as well, with the commonest (asked → object pointed at) pairs, so a miss can be told from
+a wrong reading.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import argparse  # noqa: E402
+from collections import Counter  # noqa: E402
+
+import numpy as np  # noqa: E402
+from scipy import ndimage  # noqa: E402
+
+from docs.experiments.blind_eval import GENERATORS  # noqa: E402
+from engine.serving.engine import Engine  # noqa: E402
+from engine.training.evaluate import point_in_object, score_objects  # noqa: E402
+from engine.training.scenes import parse_query  # noqa: E402
+
+KINDS = ("near", "in box", "same colour", "same shape", "other object", "background")
+
+
+def distance_to_mask(point, obj, size) -> float:
+    """Pixels from the point to the object's nearest mask pixel (0 inside)."""
+    w, h = size
+    col, row = point[0] * w, point[1] * h
+    x0, y0 = round(obj.box[0] * w), round(obj.box[1] * h)
+    ys, xs = np.nonzero(obj.mask)
+    if len(ys) == 0:
+        return float("inf")
+    return float(np.sqrt(((xs + x0 + 0.5 - col) ** 2 + (ys + y0 + 0.5 - row) ** 2).min()))
+
+
+def in_box(point, obj) -> bool:
+    x0, y0, x1, y1 = obj.box
+    return x0 <= point[0] <= x1 and y0 <= point[1] <= y1
+
+
+def classify(point, scene, query, near: float) -> str:
+    size = scene.image.size
+    if any(distance_to_mask(point, o, size) <= near for o in query.matches):
+        return "near"
+    if any(in_box(point, o) for o in query.matches):
+        return "in box"
+    colour, shape = parse_query(query.text)
+    on = [o for o in reversed(scene.objects) if point_in_object(point, o, size)]   # topmost first
+    if not on:
+        return "background"
+    o = on[0]
+    if colour is not None and o.colour == colour:
+        return "same colour"
+    if shape is not None and o.shape == shape:
+        return "same shape"
+    return "other object"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("generator", choices=sorted(GENERATORS))
+    ap.add_argument("weights")
+    ap.add_argument("--n", type=int, default=500)
+    ap.add_argument("--near", type=float, default=3.0)
+    a = ap.parse_args(argv)
+    batch, seed = GENERATORS[a.generator]
+    data = batch(seed, a.n)
+    engine = Engine.from_pretrained(a.weights, device="cpu", dtype="bf16", max_batch=16)
+    _, answers = score_objects(engine, data, say=lambda *m: None)
+    kinds: Counter = Counter()
+    by_form: Counter = Counter()
+    confused: Counter = Counter()
+    emitted = hits = absent_bg = 0
+    for (scene, query), points in zip(data, answers["point"]):
+        colour, shape = parse_query(query.text)
+        form = "colour shape" if colour and shape else ("colour" if colour else "shape")
+        for p in points:
+            emitted += 1
+            if any(point_in_object(p, o, scene.image.size) for o in query.matches):
+                hits += 1
+                continue
+            k = classify(p, scene, query, a.near)
+            kinds[k] += 1
+            by_form[form, k] += 1
+            absent_bg += k == "background" and not query.matches
+            if k in ("other object", "same colour", "same shape"):
+                top = next(o for o in reversed(scene.objects) if point_in_object(p, o, scene.image.size))
+                confused[(f"{colour or ''} {shape or ''}".strip(), top.name)] += 1
+    misses = emitted - hits
+    print(f"{a.generator}, {a.weights}: {emitted} points, {hits} hit ({100 * hits / max(emitted, 1):.1f}%), "
+          f"{misses} missed")
+    for k in KINDS:
+        print(f"  {k:<13} {kinds[k]:>4}  ({100 * kinds[k] / max(misses, 1):.1f}% of misses)"
+              + (f", {absent_bg} in absent queries" if k == "background" else ""))
+    for form in ("colour", "shape", "colour shape"):
+        print(f"  form {form:<12} " + ", ".join(f"{k} {by_form[form, k]}" for k in KINDS))
+    print("  most pointed-at wrong objects (asked → hit): "
+          + ", ".join(f"{q} → {o} {n}" for (q, o), n in confused.most_common(12)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
