@@ -44,6 +44,18 @@ GENERATORS = {**{name: (batch_function(name), seed) for name, seed in
               "thirteenth": (thirteenth_batch, 13131)}
 
 
+def decode_bf16(generator: str, weights: str, n: int = 500):
+    """(scenes with queries, answers) of `score_objects` on the generator's default seed, bf16 on the CPU (as this
+    script decodes them); for the scripts that read where the errors are (count_direction, point_misses)."""
+    from engine.serving.engine import Engine
+
+    batch, seed = GENERATORS[generator]
+    data = batch(seed, n)
+    engine = Engine.from_pretrained(weights, device="cpu", dtype="bf16", max_batch=16)
+    _, answers = score_objects(engine, data, say=lambda *m: None)
+    return data, answers
+
+
 def _recall_by(data, det, pts, key):
     table: dict[str, list[int]] = {}
     for (scene, query), boxes, points in zip(data, det, pts):

@@ -21,9 +21,8 @@ from collections import Counter  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from docs.experiments.blind_eval import GENERATORS  # noqa: E402
-from engine.serving.engine import Engine  # noqa: E402
-from engine.training.evaluate import greedy_match, score_objects  # noqa: E402
+from docs.experiments.blind_eval import GENERATORS, decode_bf16  # noqa: E402
+from engine.training.evaluate import greedy_match  # noqa: E402
 
 BUCKETS = ((0, 6, "0-5"), (6, 11, "6-10"), (11, 10 ** 6, "11+"))
 
@@ -34,10 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("weights")
     ap.add_argument("--n", type=int, default=500)
     a = ap.parse_args(argv)
-    batch, seed = GENERATORS[a.generator]
-    data = batch(seed, a.n)
-    engine = Engine.from_pretrained(a.weights, device="cpu", dtype="bf16", max_batch=16)
-    _, answers = score_objects(engine, data, say=lambda *m: None)
+    data, answers = decode_bf16(a.generator, a.weights, a.n)
     errors: Counter = Counter()
     found, missed = [], []
     for (scene, query), boxes in zip(data, answers["detect"]):

@@ -28,9 +28,8 @@ from collections import Counter  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import ndimage  # noqa: E402
 
-from docs.experiments.blind_eval import GENERATORS  # noqa: E402
-from engine.serving.engine import Engine  # noqa: E402
-from engine.training.evaluate import point_in_object, score_objects  # noqa: E402
+from docs.experiments.blind_eval import GENERATORS, decode_bf16  # noqa: E402
+from engine.training.evaluate import point_in_object  # noqa: E402
 from engine.training.scenes import parse_query  # noqa: E402
 
 KINDS = ("near", "in box", "same colour", "same shape", "other object", "background")
@@ -77,10 +76,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=500)
     ap.add_argument("--near", type=float, default=3.0)
     a = ap.parse_args(argv)
-    batch, seed = GENERATORS[a.generator]
-    data = batch(seed, a.n)
-    engine = Engine.from_pretrained(a.weights, device="cpu", dtype="bf16", max_batch=16)
-    _, answers = score_objects(engine, data, say=lambda *m: None)
+    data, answers = decode_bf16(a.generator, a.weights, a.n)
     kinds: Counter = Counter()
     by_form: Counter = Counter()
     confused: Counter = Counter()
