@@ -10,7 +10,7 @@ hits no matching object into one of:
   same shape    on a non-matching object of the asked shape (wrong colour);
   other object  on any other object;
   background    on no object (a hallucination), and of those, how many in absent queries.
-Counted per query form as well, with the commonest (asked → object pointed at) pairs, so a miss can be told from
+Counted per query form and scene kind as well, with the commonest (asked → object pointed at) pairs, so a miss can be told from
 a wrong reading.
 """
 
@@ -80,6 +80,7 @@ def main(argv=None) -> int:
     kinds: Counter = Counter()
     by_form: Counter = Counter()
     confused: Counter = Counter()
+    by_kind: Counter = Counter()
     emitted = hits = absent_bg = 0
     for (scene, query), points in zip(data, answers["point"]):
         colour, shape = parse_query(query.text)
@@ -92,6 +93,7 @@ def main(argv=None) -> int:
             k = classify(p, scene, query, a.near)
             kinds[k] += 1
             by_form[form, k] += 1
+            by_kind[scene.background, k] += 1
             absent_bg += k == "background" and not query.matches
             if k in ("other object", "same colour", "same shape"):
                 top = next(o for o in reversed(scene.objects) if point_in_object(p, o, scene.image.size))
@@ -104,6 +106,8 @@ def main(argv=None) -> int:
               + (f", {absent_bg} in absent queries" if k == "background" else ""))
     for form in ("colour", "shape", "colour shape"):
         print(f"  form {form:<12} " + ", ".join(f"{k} {by_form[form, k]}" for k in KINDS))
+    for kind in sorted({b for b, _ in by_kind}):
+        print(f"  kind {kind:<12} " + ", ".join(f"{k} {by_kind[kind, k]}" for k in KINDS if by_kind[kind, k]))
     print("  most pointed-at wrong objects (asked → hit): "
           + ", ".join(f"{q} → {o} {n}" for (q, o), n in confused.most_common(12)))
     return 0

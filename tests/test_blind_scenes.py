@@ -1,8 +1,11 @@
-"""The thirteenth (blind) scene generator, docs/experiments/thirteenth_scenes.py: deterministic, independent per
-index, exact labels, readable colours, objects that stand out, queries consistent with `matches`. CPU only, a few
-seconds."""
+"""The blind scene generators still outside training, docs/experiments/thirteenth_scenes.py (read in session 57)
+and fourteenth_scenes.py (blind, session 57): deterministic, independent per index, exact labels, readable
+colours, objects that stand out, queries consistent with `matches`. One contract for both; CPU only, a few
+seconds each."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,34 +15,41 @@ from engine.training.scenes import Scene
 from tests.scene_labels import (assert_colours_read_as_named, assert_exact_labels, assert_queries, assert_reproducible,
                                 assert_vocabulary_and_counts, load_script, px_box, visible)
 
-SEED, N = 13131, 28
+N = 28
+GENERATORS = (("thirteenth", 13131), ("fourteenth", 14141))
 
-E = load_script("thirteenth_scenes")
+
+@pytest.fixture(scope="module", params=GENERATORS, ids=[name for name, _ in GENERATORS])
+def gen(request):
+    name, seed = request.param
+    module = load_script(f"{name}_scenes")
+    return SimpleNamespace(E=module, seed=seed, batch=getattr(module, f"{name}_batch"),
+                           scene=getattr(module, f"{name}_scene"))
 
 
 @pytest.fixture(scope="module")
-def batch():
-    return E.thirteenth_batch(SEED, N)
+def batch(gen):
+    return gen.batch(gen.seed, N)
 
 
-def test_reproducible(batch):
-    assert_reproducible(batch, E.thirteenth_batch, E.thirteenth_scene, SEED)
+def test_reproducible(gen, batch):
+    assert_reproducible(batch, gen.batch, gen.scene, gen.seed)
 
 
-def test_default_seed():
-    assert E.DEFAULT_SEED == 13131
+def test_default_seed(gen):
+    assert gen.E.DEFAULT_SEED == gen.seed
 
 
-def test_canvas_and_kinds(batch):
+def test_canvas_and_kinds(gen, batch):
     kinds = set()
     for scene, _ in batch:
         assert isinstance(scene, Scene)
         W, H = scene.size
         assert 96 <= min(W, H) and max(W, H) <= 800 and max(W, H) <= 2 * min(W, H) + 1
         assert scene.image.mode == "RGB" and len(scene.objects) <= 25
-        assert scene.background in E.KINDS
+        assert scene.background in gen.E.KINDS
         kinds.add(scene.background)
-    assert kinds == set(E.KINDS) and len(E.KINDS) == 7
+    assert kinds == set(gen.E.KINDS) and len(gen.E.KINDS) == 7
 
 
 def test_boxes_masks_points(batch):
@@ -64,29 +74,29 @@ def test_boxes_masks_points(batch):
                 assert o.tilt <= 30 + 1e-9 or o.tilt >= 60 - 1e-9
 
 
-def test_vocabulary_and_counts(batch):
-    assert_vocabulary_and_counts(batch, E)
+def test_vocabulary_and_counts(gen, batch):
+    assert_vocabulary_and_counts(batch, gen.E)
 
 
-def test_counts_and_kinds_spread():
+def test_counts_and_kinds_spread(gen):
     """Over many scenes (canvas, kind and count only: cheap): about a quarter crowded, every kind equally often."""
-    stats = [E.canvas_and_count(SEED, i) for i in range(700)]
+    stats = [gen.E.canvas_and_count(gen.seed, i) for i in range(700)]
     crowded = np.mean([n >= 11 for _, _, n in stats])
     assert 0.18 <= crowded <= 0.32
-    kinds = [E.kind_for(SEED, i) for i in range(700)]
-    assert all(kinds.count(k) == 100 for k in E.KINDS)
+    kinds = [gen.E.kind_for(gen.seed, i) for i in range(700)]
+    assert all(kinds.count(k) == 100 for k in gen.E.KINDS)
 
 
 def test_queries(batch):
     assert_queries(batch)
 
 
-def test_colours_read_as_named(batch):
+def test_colours_read_as_named(gen, batch):
     """Every object's colour reads back from the finished image as its name (scene_labels)."""
-    assert assert_colours_read_as_named(batch, E.read_colour, E.COLOURS) > 100
+    assert assert_colours_read_as_named(batch, gen.E.read_colour, gen.E.COLOURS) > 100
 
 
-def test_objects_stand_out(batch):
+def test_objects_stand_out(gen, batch):
     """Every object's core colour differs (Lab) from the mean of the uncovered background right around it."""
     for scene, _ in batch:
         img = np.asarray(scene.image)
@@ -107,13 +117,13 @@ def test_objects_stand_out(batch):
             core = vis & (dist >= 0.4 * dist.max())
             med = np.median(img[y0:y1, x0:x1][core if core.sum() >= 8 else vis], 0)
             around = img[ring].astype(np.float64).mean(0)
-            assert np.linalg.norm(E.to_lab(med) - E.to_lab(around)) >= 12, (scene.background, o.colour, o.shape)
+            assert np.linalg.norm(gen.E.to_lab(med) - gen.E.to_lab(around)) >= 12, (scene.background, o.colour, o.shape)
 
 
-def test_shade_families_apart():
+def test_shade_families_apart(gen):
     """Different colour names' shades do not come close to each other (Lab distance)."""
-    lab, names = E.FAMILY_LAB, E.FAMILY_NAME
+    lab, names = gen.E.FAMILY_LAB, gen.E.FAMILY_NAME
     d = np.linalg.norm(lab[:, None] - lab[None], axis=-1)
     other = names[:, None] != names[None]
     assert d[other].min() > 15
-    assert set(names) == set(E.COLOURS) | set(E.DISTRACTOR_COLOURS)
+    assert set(names) == set(gen.E.COLOURS) | set(gen.E.DISTRACTOR_COLOURS)
