@@ -32,13 +32,13 @@ def test_each_kind_of_miss_is_told_apart():
     green_star = _square("star", "green", 60, 10, 10)
     scene = _scene(target, ring, red_cross, green_star)
     q = Query("red star", (target,))
-    assert P.classify((0.215, 0.15), scene, q, near=3) == "near"          # 1.5 px right of the mask
-    assert P.classify((0.15, 0.65), scene, q, near=3) == "same colour"    # the red cross
-    assert P.classify((0.65, 0.15), scene, q, near=3) == "same shape"     # the green star
-    assert P.classify((0.605, 0.605), scene, q, near=3) == "other object"  # the blue ring's rim
-    assert P.classify((0.9, 0.3), scene, q, near=3) == "background"
+    assert P.classify((0.215, 0.15), scene, q, near=3) == ("near", None)          # 1.5 px right of the mask
+    assert P.classify((0.15, 0.65), scene, q, near=3) == ("same colour", red_cross)
+    assert P.classify((0.65, 0.15), scene, q, near=3) == ("same shape", green_star)
+    assert P.classify((0.605, 0.605), scene, q, near=3) == ("other object", ring)   # the blue ring's rim
+    assert P.classify((0.9, 0.3), scene, q, near=3) == ("background", None)
     hollow_target = Query("blue circle", (ring,))
-    assert P.classify((0.7, 0.7), scene, hollow_target, near=3) == "in box"   # the ring's empty middle
+    assert P.classify((0.7, 0.7), scene, hollow_target, near=3) == ("in box", None)   # the ring's empty middle
 
 
 def test_distance_is_zero_on_the_mask_and_grows_off_it():

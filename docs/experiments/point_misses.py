@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 from scipy import ndimage  # noqa: E402
 
 from docs.experiments.blind_eval import GENERATORS, decode_bf16  # noqa: E402
-from engine.training.evaluate import point_in_object  # noqa: E402
+from engine.training.evaluate import point_in_object, query_form  # noqa: E402
 from engine.training.scenes import parse_query  # noqa: E402
 
 KINDS = ("near", "in box", "same colour", "same shape", "other object", "background")
@@ -51,22 +51,22 @@ def in_box(point, obj) -> bool:
     return x0 <= point[0] <= x1 and y0 <= point[1] <= y1
 
 
-def classify(point, scene, query, near: float) -> str:
+def classify(point, scene, query, near: float) -> tuple[str, object]:
+    """(where a missed point lands, the topmost object under it or None)."""
     size = scene.image.size
     if any(distance_to_mask(point, o, size) <= near for o in query.matches):
-        return "near"
+        return "near", None
     if any(in_box(point, o) for o in query.matches):
-        return "in box"
+        return "in box", None
     colour, shape = parse_query(query.text)
-    on = [o for o in reversed(scene.objects) if point_in_object(point, o, size)]   # topmost first
-    if not on:
-        return "background"
-    o = on[0]
+    o = next((o for o in reversed(scene.objects) if point_in_object(point, o, size)), None)   # topmost
+    if o is None:
+        return "background", None
     if colour is not None and o.colour == colour:
-        return "same colour"
+        return "same colour", o
     if shape is not None and o.shape == shape:
-        return "same shape"
-    return "other object"
+        return "same shape", o
+    return "other object", o
 
 
 def main(argv=None) -> int:
@@ -77,30 +77,28 @@ def main(argv=None) -> int:
     ap.add_argument("--near", type=float, default=3.0)
     a = ap.parse_args(argv)
     data, answers = decode_bf16(a.generator, a.weights, a.n)
-    kinds: Counter = Counter()
     by_form: Counter = Counter()
-    confused: Counter = Counter()
     by_kind: Counter = Counter()
+    confused: Counter = Counter()
     emitted = hits = absent_bg = 0
     for (scene, query), points in zip(data, answers["point"]):
-        colour, shape = parse_query(query.text)
-        form = "colour shape" if colour and shape else ("colour" if colour else "shape")
         for p in points:
             emitted += 1
             if any(point_in_object(p, o, scene.image.size) for o in query.matches):
                 hits += 1
                 continue
-            k = classify(p, scene, query, a.near)
-            kinds[k] += 1
-            by_form[form, k] += 1
+            k, wrong = classify(p, scene, query, a.near)
+            by_form[query_form(query.text), k] += 1
             by_kind[scene.background, k] += 1
             absent_bg += k == "background" and not query.matches
-            if k in ("other object", "same colour", "same shape"):
-                top = next(o for o in reversed(scene.objects) if point_in_object(p, o, scene.image.size))
-                confused[(f"{colour or ''} {shape or ''}".strip(), top.name)] += 1
+            if wrong is not None:
+                confused[query.text, wrong.name] += 1
     misses = emitted - hits
     print(f"{a.generator}, {a.weights}: {emitted} points, {hits} hit ({100 * hits / max(emitted, 1):.1f}%), "
           f"{misses} missed")
+    kinds = Counter()
+    for (_, k), n in by_form.items():
+        kinds[k] += n
     for k in KINDS:
         print(f"  {k:<13} {kinds[k]:>4}  ({100 * kinds[k] / max(misses, 1):.1f}% of misses)"
               + (f", {absent_bg} in absent queries" if k == "background" else ""))
