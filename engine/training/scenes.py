@@ -38,6 +38,7 @@ from engine.model.vocabulary import Vocabulary
 from engine.training import styles
 from engine.training.cells import CELLS_P, cell_grid
 from engine.training.clutter import CLUTTER_BACKGROUNDS, CLUTTER_P, leaves_background, print_background
+from engine.training.drops import DROPS_P, add_drops
 
 # The vocabulary (one home; README "The embedded model" repeats it). Names never overlap:
 # * square: four equal sides and equal diagonals, at ANY rotation (45° included: a tilted
@@ -513,7 +514,7 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
                size_range: tuple[int, int] = (96, 512), distractors: int = 0, crowd_rate: float = 0.0,
                effects: bool = False, variety: bool = False, lookalikes: bool = False,
                style: bool = False, poses: bool = False, clutter: bool = False, cells: bool = False,
-               cells_share: float = CELLS_P) -> Scene:
+               cells_share: float = CELLS_P, drops: bool = False) -> Scene:
     """One random scene: width uniform in size_range, height uniform in size_range within an
     aspect ratio of MAX_ASPECT. The count of vocabulary objects is drawn uniformly from
     [min_objects, max_objects]; in a crowded small image fewer may fit (placement gives up after
@@ -530,7 +531,9 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
     poses: VERTEX_POSE_P of the diamonds and squares stand on a vertex (training only).
     clutter: some backgrounds are printed text or leaves (`clutter.py`, training only).
     cells: a share cells_share (default CELLS_P) of the scenes is tried as LED panels or tile mosaics
-    (`cells.py`, training only); about a quarter of those tries can be drawn."""
+    (`cells.py`, training only); about a quarter of those tries can be drawn.
+    drops: DROPS_P of the scenes get rain drops, bubbles, glints or bokeh on the background only
+    (`drops.py`, training only); the labels are unchanged."""
     if not 0 <= min_objects <= max_objects:
         raise ValueError(f"need 0 <= min_objects <= max_objects, got {min_objects}, {max_objects}")
     lo, hi = size_range
@@ -598,6 +601,11 @@ def make_scene(rng: np.random.Generator, *, min_objects: int = 0, max_objects: i
             kind = f"{kind}+{cell_kind}"
             for p in placed:
                 p["pix"] = _visible_point(p)
+    if drops and rng.random() < DROPS_P:
+        dropped = add_drops(rng, pixels, owner)
+        if dropped is not None:
+            pixels, drop_kind = dropped
+            kind = f"{kind}+{drop_kind}"
     objects = []
     for p in placed:
         y0, x0, y1, x1 = p["rect"]
@@ -803,7 +811,7 @@ def scene_batch(seed: int, n: int, **kw: Any) -> list[tuple[Scene, Query]]:
     """n (scene, query) pairs. Item i depends only on (seed, i), so batches of different
     lengths from one seed share their prefix. Keyword arguments go to make_scene
     (min_objects, max_objects, size_range, distractors, crowd_rate, effects, variety, lookalikes, style,
-    poses, clutter) and
+    poses, clutter, cells, cells_share, drops) and
     make_query (empty_rate)."""
     q_kw = {k: kw.pop(k) for k in ("empty_rate",) if k in kw}
     out = []

@@ -11,6 +11,7 @@
                            [--poses]   (half the diamonds and squares stand on a vertex, scenes.VERTEX_POSES)
                            [--cells]   (some scenes redrawn as LED panels or tile mosaics, engine/training/cells.py)
                            [--cells-share P]   (the share of scenes tried as cells, with --cells; default cells.CELLS_P)
+                           [--drops]   (rain, bubbles, glints or bokeh on some backgrounds, engine/training/drops.py)
                            [--foreign P]   (a share P of the scenes drawn by engine/training/foreign's generators)
                            [--foreign-from NAMES]   (which of them, e.g. third,fourth,fifth,sixth,seventh,eighth)
 
@@ -1248,6 +1249,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cells-share", dest="cells_share", type=float, default=None, metavar="P",
                    help=f"with --cells: the share of scenes tried as cells (about a quarter of the tries can be "
                         f"drawn); default {CELLS_P}")
+    p.add_argument("--drops", action="store_true",
+                   help="some scenes get rain drops, bubbles, glints or bokeh on the background only "
+                        "(engine/training/drops.py): small round marks that are not objects")
     p.add_argument("--foreign", type=float,
                    help="share of the scenes drawn by separately written generators (engine/training/foreign: other "
                         f"drawing code, shades and backgrounds; queries made as for any scene); default {RECIPE['foreign']}")
@@ -1283,9 +1287,10 @@ def main(argv: list[str] | None = None) -> int:
                                             "foreign", "foreign_from")}
     if overrides["minutes"] == 0:
         overrides["minutes"] = None
-    if a.variety or a.lookalikes or a.style or a.poses or a.clutter or a.cells:
+    if a.variety or a.lookalikes or a.style or a.poses or a.clutter or a.cells or a.drops:
         overrides["scene"] = {**(VARIETY_SCENES if a.variety else RECIPE["scene"]),
-                              **{flag: True for flag in ("lookalikes", "style", "poses", "clutter", "cells") if getattr(a, flag)}}
+                              **{flag: True for flag in ("lookalikes", "style", "poses", "clutter", "cells", "drops")
+                                 if getattr(a, flag)}}
         if a.cells_share is not None:
             overrides["scene"]["cells_share"] = a.cells_share
     train(a.out, preset=a.preset, device=a.device, workers=a.workers, init=a.init, fixed_batch=a.fixed_batch, **overrides)
