@@ -1294,20 +1294,6 @@ def thirteenth_batch(seed: int = DEFAULT_SEED, n: int = 300) -> list[tuple[Scene
 
 
 if __name__ == "__main__":
-    import argparse
-    import time
+    from docs.experiments.scene_sample import sample
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    ap.add_argument("--n", type=int, default=21)
-    ap.add_argument("--out", default="")
-    args = ap.parse_args()
-    t0 = time.time()
-    tries = []
-    for i in range(args.n):
-        scene, q, a = thirteenth_scene(args.seed, i)
-        tries.append(a)
-        if args.out:
-            Path(args.out).mkdir(parents=True, exist_ok=True)
-            scene.image.save(f"{args.out}/{i:04d}-{scene.background}.png")
-    print(f"{args.n} scenes in {time.time() - t0:.1f} s, mean attempts {np.mean(tries):.2f}, max {max(tries)}")
+    sample(thirteenth_scene, __doc__, DEFAULT_SEED)
