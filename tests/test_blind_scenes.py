@@ -1,7 +1,7 @@
 """The blind scene generators still outside training, docs/experiments/thirteenth_scenes.py (read in session 57),
-fourteenth_scenes.py (read in session 58) and fifteenth_scenes.py (blind, session 58): deterministic, independent
-per index, exact labels, readable colours, objects that stand out, queries consistent with `matches`. One
-contract for all three; CPU only, a few seconds each."""
+fourteenth_scenes.py (read in session 58), fifteenth_scenes.py (blind, session 58) and sixteenth_scenes.py (blind,
+session 59): deterministic, independent per index, exact labels, readable colours, objects that stand out, queries
+consistent with `matches`. One contract for all four; CPU only, a few seconds each."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tests.scene_labels import (assert_colours_read_as_named, assert_exact_label
                                 assert_vocabulary_and_counts, load_script, px_box, visible)
 
 N = 28
-GENERATORS = (("thirteenth", 13131), ("fourteenth", 14141), ("fifteenth", 15151))
+GENERATORS = (("thirteenth", 13131), ("fourteenth", 14141), ("fifteenth", 15151), ("sixteenth", 16161))
 
 
 @pytest.fixture(scope="module", params=GENERATORS, ids=[name for name, _ in GENERATORS])

@@ -12,9 +12,13 @@ ink prints, knitted wool, folded-paper origami, fog over a scene with depth, sha
 fisheye action-camera photos, phone photos of an LCD screen with moire) or the fifteenth
 (docs/experiments/fifteenth_scenes.py, blind, session 58: coloured sand on a beach, an assembled jigsaw with
 shifted pieces, wooden cut-outs on fallen leaves, print on crumpled paper, plasticine on a cutting mat, glitter
-glue on card, a slide projected onto a curtain or wall).
+glue on card, a slide projected onto a curtain or wall) or the sixteenth
+(docs/experiments/sixteenth_scenes.py, blind, session 59: felt cut-outs on a patterned rug seen at an angle,
+a printed card under bubble wrap, laser-cut acrylic with glowing edges on the cutting bed, resin inlays in a
+polished terrazzo floor, a low-bitrate cartoon video frame, painted blocks on a glossy lacquered table with
+reflections, an open picture book with curling pages).
 
-    python docs/experiments/blind_eval.py --generator third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth --weights DIR [--n 500]
+    python docs/experiments/blind_eval.py --generator third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth --weights DIR [--n 500]
                                           [--seed S] [--dtype auto|fp32|bf16] [--json OUT]
                                           [--split LABEL=KIND,KIND,...]
 
@@ -38,6 +42,7 @@ import json  # noqa: E402
 import time  # noqa: E402
 
 from docs.experiments.fifteenth_scenes import fifteenth_batch  # noqa: E402
+from docs.experiments.sixteenth_scenes import sixteenth_batch  # noqa: E402
 from docs.experiments.fourteenth_scenes import fourteenth_batch  # noqa: E402
 from docs.experiments.thirteenth_scenes import thirteenth_batch  # noqa: E402
 from engine.training.evaluate import (greedy_match, mean_of, point_match, score_objects,  # noqa: E402
@@ -49,7 +54,7 @@ GENERATORS = {**{name: (batch_function(name), seed) for name, seed in
                  (("third", 777), ("fourth", 4444), ("fifth", 5555), ("sixth", 6666), ("seventh", 7777),
                   ("eighth", 8888), ("ninth", 9999), ("tenth", 10101), ("eleventh", 11011), ("twelfth", 12121))},
               "thirteenth": (thirteenth_batch, 13131), "fourteenth": (fourteenth_batch, 14141),
-              "fifteenth": (fifteenth_batch, 15151)}
+              "fifteenth": (fifteenth_batch, 15151), "sixteenth": (sixteenth_batch, 16161)}
 
 
 def decode_bf16(generator: str, weights: str, n: int = 500):
@@ -90,7 +95,7 @@ def main(argv=None) -> int:
     ap.add_argument("--generator", required=True, choices=sorted(GENERATORS))
     ap.add_argument("--weights", required=True)
     ap.add_argument("--n", type=int, default=500)
-    ap.add_argument("--seed", type=int, default=None, help="default: 777 (third), 4444 (fourth), 5555 (fifth), 6666 (sixth), 7777 (seventh), 8888 (eighth), 9999 (ninth), 10101 (tenth), 11011 (eleventh), 12121 (twelfth), 13131 (thirteenth), 14141 (fourteenth), 15151 (fifteenth)")
+    ap.add_argument("--seed", type=int, default=None, help="default: 777 (third), 4444 (fourth), 5555 (fifth), 6666 (sixth), 7777 (seventh), 8888 (eighth), 9999 (ninth), 10101 (tenth), 11011 (eleventh), 12121 (twelfth), 13131 (thirteenth), 14141 (fourteenth), 15151 (fifteenth), 16161 (sixteenth)")
     ap.add_argument("--dtype", default="auto", choices=("auto", "fp32", "bf16"))
     ap.add_argument("--json", default=None)
     ap.add_argument("--split", default=None, metavar="LABEL=KIND,KIND",
